@@ -1,0 +1,262 @@
+"""The Monitor: the classroom example, bad input, status, stopping, checkpoints, batch twin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_scan_equivalence import close_events
+
+import trainsignals as ts
+
+
+def gd(lr: float, steps: int = 10) -> ts.Monitor:
+    """Gradient descent on (w - 3)**2 from w = 10, loss recorded after each update."""
+    mon, w = ts.Monitor(), 10.0
+    for step in range(steps):
+        grad = 2 * (w - 3)
+        w -= lr * grad
+        mon.update(step=step, loss=(w - 3) ** 2, grad_norm=abs(grad), lr=lr)
+    return mon
+
+
+@pytest.mark.parametrize("lr", [1.1, 1.05])
+def test_classroom_divergence_flagged_within_five_steps(lr):
+    mon = gd(lr)
+    div = [e for e in mon.events if e.kind is ts.Kind.DIVERGENCE]
+    assert div and div[0].step <= 4 and div[0].onset_step == 0
+    assert div[0].severity == "critical" and mon.should_stop
+    assert mon.status == "diverging"
+
+
+@pytest.mark.parametrize("lr", [0.1, 0.4])
+def test_classroom_healthy_rates_stay_quiet(lr):
+    mon = gd(lr)
+    assert [e for e in mon.events if e.severity != "info"] == []
+    assert not mon.should_stop
+
+
+def test_classroom_losses_match_the_reference():
+    def losses(lr):
+        w, out = 10.0, []
+        for _ in range(6):
+            w -= lr * 2 * (w - 3)
+            out.append(round((w - 3) ** 2, 1))
+        return out
+
+    assert losses(0.1) == [31.4, 20.1, 12.8, 8.2, 5.3, 3.4]
+    assert losses(1.1) == [70.6, 101.6, 146.3, 210.7, 303.4, 436.9]
+
+
+def test_type_error_names_the_signal_and_records_nothing():
+    mon = ts.Monitor()
+    mon.update(loss=1.0, grad_norm=1.0)
+    before = json.dumps(mon.state_dict())
+    with pytest.raises(TypeError, match="loss"):
+        mon.update(loss="x")
+    with pytest.raises(TypeError, match="grad_norm"):
+        mon.update(loss=1.0, grad_norm=[1, 2])
+    with pytest.raises(TypeError, match="activations"):
+        mon.update(loss=1.0, activations=3)
+    with pytest.raises(TypeError, match="step"):
+        mon.update(loss=1.0, step="3")
+    assert json.dumps(mon.state_dict()) == before
+
+
+def test_value_errors():
+    mon = ts.Monitor()
+    with pytest.raises(ValueError, match="grad_norm"):
+        mon.update(loss=1.0, grad_norm=-1.0)
+    with pytest.raises(ValueError, match="lr"):
+        mon.update(lr=-0.1)
+    mon.update(step=10, loss=1.0)
+    with pytest.raises(ValueError, match="step"):
+        mon.update(step=5, loss=1.0)
+
+
+def test_accepts_numpy_scalars_0d_arrays_and_objects_with_float():
+    class Tensorish:
+        def __float__(self):
+            return 0.5
+
+    mon = ts.Monitor()
+    mon.update(loss=np.float32(1.0), grad_norm=np.array(2.0), lr=Tensorish())
+    mon.update(loss=1, grad_norm=np.float64(1.5))
+    assert mon.step == 1
+
+
+def test_nonfinite_is_a_critical_event_and_statistics_are_untouched():
+    mon = ts.Monitor()
+    for t in range(50):
+        mon.update(loss=2.0 - t * 0.01, grad_norm=1.0)
+    snap = mon.state_dict()
+    evs = mon.update(loss=float("nan"), grad_norm=float("inf"))
+    kinds = [(e.kind, e.signal, e.severity) for e in evs]
+    assert (ts.Kind.NONFINITE, "loss", "critical") in kinds
+    assert (ts.Kind.NONFINITE, "grad_norm", "critical") in kinds
+    assert mon.should_stop and mon.status == "diverging"
+    after = mon.state_dict()
+    for name in ("loss_spike", "divergence", "stall", "oscillation", "grad_explosion", "coupling"):
+        a, b = dict(snap["detectors"][name]["state"]), dict(after["detectors"][name]["state"])
+        a.pop("last_step"), b.pop("last_step")
+        assert a == b, name
+    # a second NaN in a row is the same incident, not a new event
+    assert mon.update(loss=float("nan")) == []
+
+
+def test_stop_on_is_configurable():
+    mon = ts.Monitor(stop_on=("nonfinite",))
+    w = 10.0
+    for step in range(10):
+        w -= 1.1 * 2 * (w - 3)
+        mon.update(step=step, loss=(w - 3) ** 2)
+    assert any(e.kind is ts.Kind.DIVERGENCE for e in mon.events)
+    assert not mon.should_stop
+    mon.update(loss=float("inf"))
+    assert mon.should_stop
+
+
+def test_configuration_errors():
+    with pytest.raises(TypeError, match="unknown"):
+        ts.Monitor(bogus=1)
+    with pytest.raises(ValueError, match="threshold"):
+        ts.Monitor(loss_spike={"threshold": -1})
+    with pytest.raises(ValueError, match="total_steps"):
+        ts.Monitor(total_steps=0)
+    with pytest.raises(ValueError, match="stop_on"):
+        ts.Monitor(stop_on=("explosion",))
+    mon = ts.Monitor(total_steps=5000, oscillation=False)
+    assert "oscillation" not in mon.detectors
+    assert mon.detectors["stall"].patience == 500
+
+
+def test_status_enters_and_leaves_failed_states():
+    mon = ts.Monitor()
+    assert mon.status == "warming_up"
+    rng = np.random.default_rng(0)
+    for t in range(100):
+        mon.update(loss=2.0 * np.exp(-t / 200) * np.exp(rng.normal(0, 0.01)))
+    assert mon.status == "healthy"
+    for t in range(100, 180):
+        mon.update(loss=1.2 * np.exp(0.5 if t % 2 else -0.5))
+    assert mon.status == "oscillating"
+    for t in range(180, 300):
+        mon.update(loss=1.0 * np.exp(-(t - 180) / 200) * np.exp(rng.normal(0, 0.01)))
+    assert mon.status == "healthy"
+
+
+def run_curve(n: int = 1200, seed: int = 5) -> dict:
+    """Every signal, with sparse validation, layers and activations, and several failures."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    loss = 2.5 * np.exp(-t / 300) * np.exp(rng.standard_t(5, n) * 0.03)
+    loss[400] *= 5
+    loss[900:] *= np.exp(0.05 * np.arange(n - 900))
+    loss[1150] = np.nan
+    grad = np.exp(rng.normal(0, 0.1, n))
+    grad[600:700] *= 10.0 ** (-np.arange(100) / 30)
+    lr = np.full(n, 1e-3)
+    lr[800:] = 0.5
+    ratio = 3e-4 * np.exp(rng.normal(0, 0.1, n))
+    val_steps = np.arange(0, n, 50)
+    val = 2.6 * np.exp(-val_steps / 300) + np.where(val_steps > 500, (val_steps - 500) / 400, 0)
+    layers = {f"l{j}": np.exp(rng.normal(0, 0.2, n)) * 10.0 ** -j for j in range(4)}
+    layers["l0"][700:] = 1e-9
+    act_steps = np.arange(0, n, 10)
+    dead = np.clip(0.2 + np.where(act_steps > 300, (act_steps - 300) / 200, 0), 0, 0.99)
+    acts = {"relu1": {"dead_frac": dead, "saturation": np.zeros(len(act_steps))},
+            "tanh2": {"dead_frac": np.zeros(len(act_steps)), "saturation": np.full(len(act_steps), 0.1)}}
+    return {"step": t, "loss": loss, "grad_norm": grad, "lr": lr, "update_ratio": ratio,
+            "val_loss": (val_steps, val), "layer_grad_norms": (t, layers), "activations": (act_steps, acts)}
+
+
+def stream(sig: dict, mon: ts.Monitor, start: int = 0, stop: int | None = None) -> list[ts.Event]:
+    vs, vv = sig["val_loss"]
+    val = dict(zip(vs.tolist(), vv.tolist()))
+    _, layers = sig["layer_grad_norms"]
+    a_steps, acts = sig["activations"]
+    act_at = {s: i for i, s in enumerate(a_steps.tolist())}
+    out = []
+    for t in sig["step"][start:stop].tolist():
+        a = None
+        if t in act_at:
+            i = act_at[t]
+            a = {name: {k: float(v[i]) for k, v in stats.items()} for name, stats in acts.items()}
+        out += mon.update(step=t, loss=float(sig["loss"][t]), grad_norm=float(sig["grad_norm"][t]),
+                          lr=float(sig["lr"][t]), update_ratio=float(sig["update_ratio"][t]),
+                          val_loss=val.get(t), layer_grad_norms={k: float(v[t]) for k, v in layers.items()},
+                          activations=a)
+    return out
+
+
+def test_monitor_scan_equals_streaming_with_every_signal():
+    sig = run_curve()
+    streamed = stream(sig, ts.Monitor(total_steps=1200))
+    kinds = {e.kind for e in streamed}
+    for k in (ts.Kind.LOSS_SPIKE, ts.Kind.DIVERGENCE, ts.Kind.NONFINITE, ts.Kind.LR_ANOMALY,
+              ts.Kind.OVERFITTING, ts.Kind.VANISHING_GRADIENT, ts.Kind.DEAD_UNITS):
+        assert k in kinds, k
+    mon = ts.Monitor(total_steps=1200)
+    batched = mon.scan(**sig)
+    assert close_events(streamed, batched)
+    ref = ts.Monitor(total_steps=1200)
+    stream(sig, ref)
+    assert ref.status == mon.status and ref.should_stop == mon.should_stop
+
+
+def test_state_dict_resume_mid_run_gives_the_uninterrupted_events():
+    sig = run_curve()
+    whole = stream(sig, ts.Monitor(total_steps=1200))
+    first = ts.Monitor(total_steps=1200)
+    part = stream(sig, first, 0, 640)
+    snap = json.loads(json.dumps(first.state_dict()))
+    resumed = ts.Monitor(total_steps=1200)
+    resumed.load_state_dict(snap)
+    rest = stream(sig, resumed, 640)
+    assert close_events(part + rest, whole)
+    assert close_events(resumed.events, whole)
+
+
+def test_load_state_dict_refuses_foreign_or_mismatched():
+    mon = ts.Monitor()
+    with pytest.raises(ValueError, match="Monitor"):
+        mon.load_state_dict({"detector": "EWMASpike"})
+    snap = ts.Monitor(total_steps=1000).state_dict()
+    with pytest.raises(ValueError, match="config"):
+        mon.load_state_dict(snap)
+    snap = mon.state_dict()
+    del snap["monitor"]["n_loss"]
+    with pytest.raises(ValueError, match="n_loss"):
+        mon.load_state_dict(snap)
+
+
+def test_reset_summary_and_scan_function():
+    sig = run_curve()
+    mon = ts.Monitor()
+    mon.scan(**sig)
+    text = mon.summary()
+    assert "divergence" in text and "status" in text and "fix:" in text
+    mon.reset()
+    assert mon.events == [] and mon.status == "warming_up" and mon.step == -1
+    assert close_events(ts.scan(**sig), ts.Monitor().scan(**sig))
+
+
+def test_memory_is_bounded_by_configuration_not_run_length():
+    rng = np.random.default_rng(0)
+    mon = ts.Monitor()
+    sizes = []
+    for _ in range(3):
+        n = 20000
+        mon.scan(loss=np.exp(rng.normal(0, 0.01, n)), grad_norm=np.exp(rng.normal(0, 0.1, n)))
+        sizes.append(len(json.dumps({k: v for k, v in mon.state_dict()["detectors"].items()})))
+    assert max(sizes) - min(sizes) < 2000
+
+
+def test_import_pulls_in_no_framework():
+    code = ("import sys, trainsignals; heavy = [m for m in ('torch', 'jax', 'keras', 'tensorflow', "
+            "'matplotlib', 'pandas', 'pyarrow', 'river', 'statsmodels', 'rich') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

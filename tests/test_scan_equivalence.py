@@ -1,0 +1,116 @@
+"""The batch path gives the events and the state of the streaming path (property tests)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from conftest import SCALAR_FACTORIES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import trainsignals as ts
+
+NAMES = sorted(SCALAR_FACTORIES)
+
+
+def regime_stream(seed: int, n: int, n_regimes: int, nan_rate: float, nsig: int) -> list[np.ndarray]:
+    """Positive streams made of random regimes (flat, falling, climbing, sawtooth, spikes)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(nsig):
+        cuts = np.sort(rng.integers(0, n, n_regimes))
+        y = np.zeros(n)
+        level = rng.normal(0, 2)
+        start = 0
+        for c in list(cuts) + [n]:
+            m = c - start
+            if m <= 0:
+                continue
+            mode = rng.integers(0, 5)
+            t = np.arange(m)
+            if mode == 0:
+                seg = np.zeros(m)
+            elif mode == 1:
+                seg = -t * rng.uniform(0, 0.02)
+            elif mode == 2:
+                seg = t * rng.uniform(0, 0.2)
+            elif mode == 3:
+                seg = np.where(t % 2 == 0, 1, -1) * rng.uniform(0, 1)
+            else:
+                seg = np.zeros(m)
+                seg[rng.integers(0, m, max(1, m // 20))] = rng.uniform(0.5, 4)
+            y[start:c] = level + seg + rng.standard_t(3, m) * rng.uniform(0.001, 0.2)
+            level = y[c - 1] if c > start else level
+            start = c
+        x = np.exp(np.clip(y, -300, 300))
+        bad = rng.random(n) < nan_rate
+        x[bad] = rng.choice([np.nan, np.inf, 0.0, -1.0], bad.sum())
+        out.append(x)
+    return out
+
+
+def close_events(a: list[ts.Event], b: list[ts.Event]) -> bool:
+    if len(a) != len(b):
+        return False
+    for e, f in zip(a, b):
+        if (e.kind, e.severity, e.step, e.onset_step, e.detector, e.layer) != (
+            f.kind, f.severity, f.step, f.onset_step, f.detector, f.layer
+        ):
+            return False
+        for u, v in ((e.value, f.value), (e.threshold, f.threshold)):
+            if not (u == v or (math.isnan(u) and math.isnan(v)) or math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12)):
+                return False
+    return True
+
+
+def close_state(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(close_state(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(close_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return a is b
+        return a == b or math.isclose(a, b, rel_tol=1e-10, abs_tol=1e-10)
+    return a == b
+
+
+@settings(max_examples=int(__import__("os").environ.get("TS_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(NAMES),
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 1500),
+    n_regimes=st.integers(0, 8),
+    nan_rate=st.sampled_from([0.0, 0.0, 0.001, 0.05]),
+    cuts=st.lists(st.floats(0, 1), max_size=6),
+)
+def test_scan_in_random_chunks_equals_streaming(name, seed, n, n_regimes, nan_rate, cuts):
+    ref = SCALAR_FACTORIES[name]()
+    arrays = regime_stream(seed, n, n_regimes, nan_rate, len(ref.signals))
+    if name == "LRAnomaly":
+        arrays = [np.where(np.isfinite(a) & (a > 0), a, a) for a in arrays]
+    streamed = []
+    for t in range(n):
+        ev = ref.update(*(float(a[t]) for a in arrays), step=t)
+        if ev is not None:
+            streamed.append(ev)
+    det = SCALAR_FACTORIES[name]()
+    bounds = sorted({0, n, *(int(c * n) for c in cuts)})
+    batched = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        batched += det.scan(*(a[lo:hi] for a in arrays), steps=np.arange(lo, hi))
+    assert close_events(streamed, batched), (streamed, batched)
+    assert close_state(ref.state_dict(), det.state_dict())
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(50, 3000))
+def test_long_regimes_equal_streaming_for_all_detectors(seed, n):
+    for name in NAMES:
+        ref = SCALAR_FACTORIES[name]()
+        arrays = regime_stream(seed, n, 4, 0.0, len(ref.signals))
+        streamed = [e for t in range(n) if (e := ref.update(*(float(a[t]) for a in arrays), step=t))]
+        det = SCALAR_FACTORIES[name]()
+        assert close_events(streamed, det.scan(*arrays)), name
+        assert close_state(ref.state_dict(), det.state_dict()), name

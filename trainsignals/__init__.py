@@ -1,0 +1,57 @@
+"""trainsignals: watch a training run's vital signs and say early, with reasons, what goes wrong.
+
+``import trainsignals`` pulls in NumPy and SciPy only: no framework, no plotting. Adapters live
+in ``trainsignals.adapters.<framework>`` and import their framework themselves.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from ._events import Event, Kind  # noqa: E402
+from ._monitor import STATUSES, Monitor, scan  # noqa: E402
+from .detectors import (  # noqa: E402
+    ActivationHealth,
+    CUSUMPlateau,
+    Detector,
+    DetectorProtocol,
+    EWMASpike,
+    LayerGradCliff,
+    LossGradCoupling,
+    LRAnomaly,
+    NonFinite,
+    Oscillation,
+    SlopeDivergence,
+    TrainValGap,
+    UpdateRatioBand,
+)
+
+__all__ = [
+    "ActivationHealth",
+    "CUSUMPlateau",
+    "Detector",
+    "DetectorProtocol",
+    "EWMASpike",
+    "Event",
+    "Kind",
+    "LRAnomaly",
+    "LayerGradCliff",
+    "LossGradCoupling",
+    "Monitor",
+    "NonFinite",
+    "Oscillation",
+    "STATUSES",
+    "SlopeDivergence",
+    "TrainValGap",
+    "UpdateRatioBand",
+    "__version__",
+    "scan",
+]
+
+
+def __getattr__(name: str):  # lazy submodules: keep `import trainsignals` light
+    if name in ("testing", "curves", "bench", "baselines"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'trainsignals' has no attribute {name!r}")

@@ -1,0 +1,187 @@
+"""The event vocabulary: what a detector says when it fires."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Event", "Kind", "Severity", "SEVERITIES"]
+
+
+class Kind(str, enum.Enum):
+    """The kinds of failure trainsignals reports (``str`` values, stable)."""
+
+    NONFINITE = "nonfinite"
+    DIVERGENCE = "divergence"
+    GRAD_EXPLOSION = "grad_explosion"
+    LOSS_SPIKE = "loss_spike"
+    STALL = "stall"
+    OSCILLATION = "oscillation"
+    VANISHING_GRADIENT = "vanishing_gradient"
+    SILENT_COLLAPSE = "silent_collapse"
+    UPDATE_RATIO_HIGH = "update_ratio_high"
+    UPDATE_RATIO_LOW = "update_ratio_low"
+    OVERFITTING = "overfitting"
+    DEAD_UNITS = "dead_units"
+    SATURATION = "saturation"
+    LR_ANOMALY = "lr_anomaly"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Severity = str  # "info" | "warning" | "critical"
+SEVERITIES = ("info", "warning", "critical")
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0 or 1e-3 <= abs(x) < 1e4:
+        return f"{x:.4g}"
+    return f"{x:.3e}"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One finding of a detector, as plain data.
+
+    Attributes:
+        kind: What went wrong (a :class:`Kind`).
+        severity: ``"info"``, ``"warning"`` or ``"critical"``.
+        step: The step at which the detector noticed it.
+        onset_step: Best estimate of the step at which it began.
+        detector: Name of the detector that fired.
+        signal: The signal it watched (``"loss"``, ``"grad_norm"``, ``"layer_grad_norms[fc1]"``...).
+        value: The statistic that crossed the threshold.
+        threshold: The threshold it crossed.
+        message: What was seen, in words.
+        cause: The likely cause.
+        fix: The first fix to try.
+        layer: The layer concerned, for per-layer signals.
+    """
+
+    kind: Kind
+    severity: str
+    step: int
+    onset_step: int
+    detector: str
+    signal: str
+    value: float
+    threshold: float
+    message: str
+    cause: str
+    fix: str
+    layer: str | None = None
+
+    def __str__(self) -> str:
+        since = "" if self.onset_step == self.step else f" (since step {self.onset_step})"
+        return (
+            f"step {self.step} {self.severity.upper()} {self.kind.value}{since}: {self.message} "
+            f"[{self.signal} {_fmt(self.value)} vs threshold {_fmt(self.threshold)}; "
+            f"cause: {self.cause}; fix: {self.fix}]"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (``kind`` as its string value)."""
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        for key in ("value", "threshold"):
+            v = d[key]
+            if not math.isfinite(v):
+                d[key] = str(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Event:
+        """Inverse of :meth:`to_dict`."""
+        d = dict(d)
+        d["kind"] = Kind(d["kind"])
+        d["value"] = float(d["value"])
+        d["threshold"] = float(d["threshold"])
+        return cls(**d)
+
+
+# Likely cause and first fix per kind (from the project's failure-mode reference).
+ADVICE: dict[Kind, tuple[str, str]] = {
+    Kind.NONFINITE: (
+        "numerical overflow: learning rate too high, bad data, or low-precision overflow",
+        "lower the learning rate; check the data; use loss scaling in low precision",
+    ),
+    Kind.DIVERGENCE: (
+        "learning rate far too high, bad initialisation or numerics",
+        "lower the learning rate; add gradient clipping; check the first steps",
+    ),
+    Kind.GRAD_EXPLOSION: (
+        "unstable step: learning rate too high, missing normalisation or a bad batch",
+        "clip gradients; lower the learning rate; add normalisation",
+    ),
+    Kind.LOSS_SPIKE: (
+        "a bad batch or an unstable step",
+        "inspect or skip the batch; clip gradients",
+    ),
+    Kind.STALL: (
+        "learning rate too small, a flat region or dead units",
+        "raise the learning rate or momentum; try a new seed",
+    ),
+    Kind.OSCILLATION: (
+        "learning rate too high or missing normalisation",
+        "lower the learning rate; clip gradients; add batch normalisation",
+    ),
+    Kind.VANISHING_GRADIENT: (
+        "gradients die before reaching early layers (saturating activations, depth, init)",
+        "He/Xavier init, skip connections, normalisation placement, GELU",
+    ),
+    Kind.SILENT_COLLAPSE: (
+        "the model collapses to one safe answer while the loss still falls",
+        "check labels and class balance, initialisation and learning rate; look at per-class metrics",
+    ),
+    Kind.UPDATE_RATIO_HIGH: (
+        "updates too violent for the weights' size: learning rate too high",
+        "lower the learning rate (per layer or group)",
+    ),
+    Kind.UPDATE_RATIO_LOW: (
+        "updates too small to change the weights: learning rate too small or dead gradients",
+        "raise the learning rate (per layer or group)",
+    ),
+    Kind.OVERFITTING: (
+        "the model memorises the training set",
+        "stop early and keep the best checkpoint; regularise; use a smaller model",
+    ),
+    Kind.DEAD_UNITS: (
+        "ReLU units pushed into the zero region for every input",
+        "lower the learning rate; use LeakyReLU/GELU; revisit initialisation",
+    ),
+    Kind.SATURATION: (
+        "tanh/sigmoid units piled at their limits, derivatives near 0",
+        "add normalisation; revisit initialisation; use another activation",
+    ),
+    Kind.LR_ANOMALY: (
+        "the scheduler is not wired as intended",
+        "check the scheduler wiring (warmup, decay, restarts)",
+    ),
+}
+
+
+def make_event(
+    kind: Kind,
+    severity: str,
+    step: int,
+    onset_step: int,
+    detector: str,
+    signal: str,
+    value: float,
+    threshold: float,
+    message: str,
+    layer: str | None = None,
+) -> Event:
+    """Build an event with the standard cause and fix for its kind."""
+    cause, fix = ADVICE[kind]
+    return Event(
+        kind, severity, int(step), int(onset_step), detector, signal,
+        float(value), float(threshold), message, cause, fix, layer,
+    )

@@ -1,0 +1,544 @@
+"""The Monitor: the default suite of detectors behind one ``update`` call."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from ._events import Event, Kind
+from ._validate import check_range, to_float, to_step
+from .detectors import (
+    ActivationHealth,
+    CUSUMPlateau,
+    EWMASpike,
+    LayerGradCliff,
+    LossGradCoupling,
+    LRAnomaly,
+    NonFinite,
+    Oscillation,
+    SlopeDivergence,
+    TrainValGap,
+    UpdateRatioBand,
+)
+from .detectors._base import _as_1d, _jsonable
+from .detectors.layer_cliff import as_matrix, as_named_vector
+from .detectors.train_val_gap import sparse_pair
+
+__all__ = ["Monitor", "STATUSES", "scan"]
+
+STATUSES = ("warming_up", "healthy", "stalled", "oscillating", "diverging")
+
+#: Which kinds put the run in which failed state (worst first).
+_STATE_OF: dict[Kind, str] = {
+    Kind.NONFINITE: "diverging",
+    Kind.DIVERGENCE: "diverging",
+    Kind.GRAD_EXPLOSION: "diverging",
+    Kind.OSCILLATION: "oscillating",
+    Kind.STALL: "stalled",
+}
+_RANK = {"diverging": 3, "oscillating": 2, "stalled": 1}
+
+# name -> (factory, the signals it reads). Order = order of events within a step.
+_SUITE: tuple[tuple[str, type, tuple[str, ...]], ...] = (
+    ("nonfinite_loss", NonFinite, ("loss",)),
+    ("nonfinite_grad_norm", NonFinite, ("grad_norm",)),
+    ("nonfinite_lr", NonFinite, ("lr",)),
+    ("nonfinite_update_ratio", NonFinite, ("update_ratio",)),
+    ("nonfinite_val_loss", NonFinite, ("val_loss",)),
+    ("loss_spike", EWMASpike, ("loss",)),
+    ("divergence", SlopeDivergence, ("loss",)),
+    ("stall", CUSUMPlateau, ("loss",)),
+    ("oscillation", Oscillation, ("loss",)),
+    ("grad_explosion", EWMASpike, ("grad_norm",)),
+    ("coupling", LossGradCoupling, ("loss", "grad_norm")),
+    ("lr_anomaly", LRAnomaly, ("lr",)),
+    ("update_ratio", UpdateRatioBand, ("update_ratio",)),
+    ("overfitting", TrainValGap, ("loss", "val_loss")),
+    ("layer_cliff", LayerGradCliff, ("layer_grad_norms",)),
+    ("activations", ActivationHealth, ("activations",)),
+)
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "nonfinite_loss": {"signal": "loss"},
+    "nonfinite_grad_norm": {"signal": "grad_norm"},
+    "nonfinite_lr": {"signal": "lr"},
+    "nonfinite_update_ratio": {"signal": "update_ratio"},
+    "nonfinite_val_loss": {"signal": "val_loss"},
+    "grad_explosion": {"kind": "grad_explosion", "signal": "grad_norm", "min_ratio": 10.0},
+}
+_SCALARS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
+_NONNEG = ("grad_norm", "lr", "update_ratio")
+
+
+class Monitor:
+    """Watches a training run's signals and reports what goes wrong, and since when.
+
+    Feed it once per step with whatever signals you have (all optional, any cadence)::
+
+        mon = Monitor(total_steps=10_000)
+        for step, batch in enumerate(loader):
+            ...
+            for event in mon.update(step=step, loss=loss, grad_norm=gnorm, lr=lr):
+                print(event)
+            if mon.should_stop:
+                break
+
+    Args:
+        total_steps: planned run length, if known; sets the stall patience to 10 % of it
+            (at least ``min_patience``), per the "no new best loss within 10 % of the
+            planned steps" rule. Without it the patience is 200 steps.
+        stop_on: kinds whose *critical* events set :attr:`should_stop` (default: all kinds).
+        warmup: values of loss before :attr:`status` leaves ``"warming_up"``.
+        recovery: steps after its latest event that a failed state lasts (see :attr:`status`);
+            keep it at least the detectors' cooldown (100 steps by default), since a detector
+            does not repeat an ongoing failure during its cooldown.
+        min_patience: smallest stall patience derived from ``total_steps``.
+        **settings: per-detector configuration, by suite name, e.g.
+            ``loss_spike={"threshold": 8}``; ``name=False`` disables a detector. Suite names:
+            ``nonfinite_loss``, ``nonfinite_grad_norm``, ``nonfinite_lr``,
+            ``nonfinite_update_ratio``, ``nonfinite_val_loss``, ``loss_spike``, ``divergence``,
+            ``stall``, ``oscillation``, ``grad_explosion``, ``coupling``, ``lr_anomaly``,
+            ``update_ratio``, ``overfitting``, ``layer_cliff``, ``activations``.
+
+    Raises:
+        TypeError: an unknown keyword.
+        ValueError: a bad setting (the message names it).
+
+    Example:
+        Gradient descent on (w - 3)**2 from w = 10, fed loss and grad norm:
+
+        >>> def run(lr, steps=10):
+        ...     mon, w = Monitor(), 10.0
+        ...     for step in range(steps):
+        ...         grad = 2 * (w - 3)
+        ...         w -= lr * grad
+        ...         mon.update(step=step, loss=(w - 3) ** 2, grad_norm=abs(grad))
+        ...     return mon
+        >>> def losses(lr, steps=6):
+        ...     w, out = 10.0, []
+        ...     for _ in range(steps):
+        ...         w -= lr * 2 * (w - 3)
+        ...         out.append(round((w - 3) ** 2, 1))
+        ...     return out
+        >>> losses(0.1), losses(1.1)
+        ([31.4, 20.1, 12.8, 8.2, 5.3, 3.4], [70.6, 101.6, 146.3, 210.7, 303.4, 436.9])
+        >>> [(e.kind.value, e.step, e.onset_step) for e in run(1.1).events]
+        [('divergence', 4, 0)]
+        >>> run(1.1).should_stop
+        True
+        >>> run(0.1).events, run(0.4).events
+        ([], [])
+    """
+
+    def __init__(
+        self,
+        total_steps: int | None = None,
+        *,
+        stop_on: tuple[str, ...] | None = None,
+        warmup: int = 20,
+        recovery: int = 100,
+        min_patience: int = 50,
+        **settings: Any,
+    ) -> None:
+        if total_steps is not None:
+            check_range("total_steps", total_steps, 1, None, integer=True)
+        check_range("warmup", warmup, 0, None, integer=True)
+        check_range("recovery", recovery, 1, None, integer=True)
+        check_range("min_patience", min_patience, 2, None, integer=True)
+        names = [n for n, _, _ in _SUITE]
+        unknown = sorted(set(settings) - set(names))
+        if unknown:
+            raise TypeError(
+                f"Monitor() got unknown keyword(s) {unknown}; detector settings are one of {names}"
+            )
+        kinds = tuple(k.value for k in Kind)
+        if stop_on is not None:
+            stop_on = tuple(Kind(k).value if k in kinds else k for k in stop_on)
+            bad = [k for k in stop_on if k not in kinds]
+            if bad:
+                raise ValueError(f"stop_on must contain Kind values {kinds}, got {bad}")
+        self.total_steps = total_steps
+        self.stop_on = stop_on
+        self.warmup = warmup
+        self.recovery = recovery
+        self.min_patience = min_patience
+        self.settings = copy.deepcopy(settings)
+        self._plan: list[tuple[str, Any, tuple[str, ...]]] = []
+        for name, cls, sigs in _SUITE:
+            opt = settings.get(name, {})
+            if opt is False:
+                continue
+            if opt is True or opt is None:
+                opt = {}
+            if not isinstance(opt, Mapping):
+                raise ValueError(f"{name} must be a mapping of settings or False, got {opt!r}")
+            kw = dict(_DEFAULTS.get(name, {}))
+            if name == "stall" and total_steps is not None:
+                kw["patience"] = max(min_patience, int(round(0.1 * total_steps)))
+            kw.update(opt)
+            try:
+                det = cls(**kw)
+            except TypeError as exc:
+                raise ValueError(f"{name}: {exc}") from exc
+            except ValueError as exc:
+                raise ValueError(f"{name}.{exc}") from exc
+            self._plan.append((name, det, sigs))
+        self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
+        self._reset()
+
+    # ------------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self._events: list[Event] = []
+        self._step = -1
+        self._n_loss = 0
+        self._should_stop = False
+        self._last_state_step: dict[str, int] = {}
+        self._nonfinite_open = False
+
+    def reset(self) -> None:
+        """Forget the run: every detector back to fresh, events cleared."""
+        for _, det, _ in self._plan:
+            det.reset()
+        self._reset()
+
+    @property
+    def detectors(self) -> dict[str, Any]:
+        """The detectors of the suite, by name (in the order they run)."""
+        return {name: det for name, det, _ in self._plan}
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event so far, in order."""
+        return list(self._events)
+
+    @property
+    def step(self) -> int:
+        """The last step seen (-1 before any)."""
+        return self._step
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a critical event of a kind in ``stop_on`` fired."""
+        return self._should_stop
+
+    @property
+    def status(self) -> str:
+        """``"warming_up" | "healthy" | "stalled" | "oscillating" | "diverging"``.
+
+        ``warming_up`` until ``warmup`` loss values were seen. A failed state is entered by
+        its events (``nonfinite``, ``divergence``, ``grad_explosion`` -> diverging;
+        ``oscillation`` -> oscillating; ``stall`` -> stalled) and left once ``recovery``
+        steps pass without another event of its kinds — except after a non-finite value,
+        which keeps the run diverging until finite values return. The worst live state wins.
+        """
+        best, rank = "healthy", 0
+        for state, last in self._last_state_step.items():
+            live = self._step - last < self.recovery or (state == "diverging" and self._nonfinite_open)
+            if live and _RANK[state] > rank:
+                best, rank = state, _RANK[state]
+        if rank == 0 and self._n_loss < self.warmup:
+            return "warming_up"
+        return best
+
+    # ------------------------------------------------------------------------------------
+    def _record(self, events: list[Event]) -> None:
+        for ev in events:
+            self._events.append(ev)
+            state = _STATE_OF.get(ev.kind)
+            if state is not None and (ev.kind != Kind.GRAD_EXPLOSION or ev.severity == "critical"):
+                self._last_state_step[state] = max(self._last_state_step.get(state, ev.step), ev.step)
+            if ev.severity == "critical" and ev.kind.value in self._stop_kinds:
+                self._should_stop = True
+
+    def update(
+        self,
+        *,
+        step: int | None = None,
+        loss: Any = None,
+        grad_norm: Any = None,
+        lr: Any = None,
+        update_ratio: Any = None,
+        val_loss: Any = None,
+        layer_grad_norms: Any = None,
+        activations: Any = None,
+    ) -> list[Event]:
+        """Feed one step's signals (any subset); returns the events raised at this step.
+
+        Raises:
+            TypeError: a signal is not a number (or mapping/sequence for vectors); the message
+                names it. Nothing is recorded for that call.
+            ValueError: a negative grad norm, learning rate or update ratio; a decreasing step.
+        """
+        s = self._step + 1 if step is None else to_step(step)
+        if s < self._step:
+            raise ValueError(f"step must not decrease: got {s} after {self._step}")
+        vals: dict[str, float] = {}
+        for name, v in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr),
+                        ("update_ratio", update_ratio), ("val_loss", val_loss)):
+            if v is not None:
+                f = v if type(v) is float else to_float(name, v)
+                if f < 0.0 and name in _NONNEG:
+                    raise ValueError(f"{name} must be >= 0, got {f}")
+                vals[name] = f
+        layers = None
+        if layer_grad_norms is not None:
+            det = self.detectors.get("layer_cliff")
+            layers = as_named_vector("layer_grad_norms", layer_grad_norms, det._names if det else None)
+            if np.any(layers[0] < 0):
+                raise ValueError("layer_grad_norms must be >= 0")
+        acts = None
+        if activations is not None:
+            det = self.detectors.get("activations")
+            acts = (det or ActivationHealth())._parse(activations)
+        self._step = s
+        out: list[Event] = []
+        for name, det, sigs in self._plan:
+            if len(sigs) == 1:
+                sig = sigs[0]
+                if sig in vals:
+                    ev = det._step(vals[sig], s)
+                elif sig == "layer_grad_norms" and layers is not None:
+                    if det._names is None:
+                        det._names = layers[1]
+                    ev = det._row(layers[0], s)
+                elif sig == "activations" and acts is not None:
+                    if det._names is None:
+                        det._names = acts[1]
+                    out.extend(det._sample(acts[0], s))
+                    continue
+                else:
+                    continue
+            elif name == "overfitting":
+                if "loss" not in vals and "val_loss" not in vals:
+                    continue
+                det._last_step = s
+                if "loss" in vals:
+                    det._learn_train(vals["loss"])
+                ev = det._val(vals["val_loss"], s) if "val_loss" in vals else None
+            else:
+                if sigs[0] not in vals or sigs[1] not in vals:
+                    continue
+                ev = det._step(vals[sigs[0]], vals[sigs[1]], s)
+            if ev is not None:
+                out.append(ev)
+        if "loss" in vals:
+            lv = vals["loss"]
+            if lv - lv == 0.0:
+                self._n_loss += 1
+                self._nonfinite_open = False
+            else:
+                self._nonfinite_open = True
+        if out:
+            self._record(out)
+        return out
+
+    # ------------------------------------------------------------------------------------
+    def scan(
+        self,
+        *,
+        step: Any = None,
+        loss: Any = None,
+        grad_norm: Any = None,
+        lr: Any = None,
+        update_ratio: Any = None,
+        val_loss: Any = None,
+        layer_grad_norms: Any = None,
+        activations: Any = None,
+    ) -> list[Event]:
+        """Batch path: whole arrays in, exactly the events of feeding :meth:`update` step by step.
+
+        Dense signals (``loss``, ``grad_norm``, ``lr``, ``update_ratio``) are 1-D arrays aligned
+        with ``step``. A signal sampled at its own cadence is a ``(steps, values)`` pair:
+        ``val_loss=(val_steps, val_values)``, ``layer_grad_norms=(steps, {name: array})`` and
+        ``activations=(steps, {layer: {"dead_frac": array, "saturation": array}})``;
+        ``layer_grad_norms`` and ``activations`` may also be aligned with ``step`` directly
+        (a ``{name: array}`` mapping or a 2-D array). Accepts lists, NumPy arrays, pandas or
+        polars columns and pyarrow arrays. Returns the new events; the Monitor's state
+        advances as if every step had been fed.
+        """
+        dense: dict[str, np.ndarray] = {}
+        for name, v in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr), ("update_ratio", update_ratio)):
+            if v is not None:
+                arr = _as_1d(name, v)
+                if name in _NONNEG and np.any(arr < 0):
+                    raise ValueError(f"{name} must be >= 0")
+                dense[name] = arr
+        lengths = {len(a) for a in dense.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"dense signals must have equal lengths, got {sorted(lengths)}")
+        n = lengths.pop() if lengths else 0
+        if step is None:
+            steps = np.arange(self._step + 1, self._step + 1 + n, dtype=np.int64)
+        else:
+            from .detectors._base import _steps_for
+
+            steps = _steps_for(step, n, self._step)
+        if n and (np.any(np.diff(steps) < 0) or steps[0] < self._step):
+            raise ValueError("step must not decrease")
+        val = sparse_pair("val_loss", val_loss) if val_loss is not None else None
+        if val is not None and np.any(val[0] < 0):
+            pass
+        layers = self._sparse_or_dense("layer_grad_norms", layer_grad_norms, steps)
+        acts = self._acts(activations, steps)
+        per_det: list[list[Event]] = []
+        for name, det, sigs in self._plan:
+            evs: list[Event] = []
+            if name == "overfitting":
+                if "loss" in dense or val is not None:
+                    evs = det.scan(dense.get("loss"), val, steps=steps if "loss" in dense else None)
+            elif sigs == ("val_loss",):
+                if val is not None:
+                    evs = det.scan(val[1], steps=val[0])
+            elif sigs == ("layer_grad_norms",):
+                if layers is not None:
+                    if np.any(layers[1] < 0):
+                        raise ValueError("layer_grad_norms must be >= 0")
+                    evs = det.scan(layers[1] if layers[2] is None else dict(zip(layers[2], layers[1].T)),
+                                   steps=layers[0])
+            elif sigs == ("activations",):
+                if acts is not None:
+                    evs = det.scan(acts[1], steps=acts[0])
+            elif all(s in dense for s in sigs):
+                evs = det.scan(*(dense[s] for s in sigs), steps=steps)
+            per_det.append(evs)
+        merged: list[tuple[int, int, int, Event]] = []
+        for order, evs in enumerate(per_det):
+            for seq, ev in enumerate(evs):
+                merged.append((ev.step, order, seq, ev))
+        merged.sort(key=lambda t: t[:3])
+        out = [m[3] for m in merged]
+        # bookkeeping identical to the streaming path
+        last = [self._step]
+        if n:
+            last.append(int(steps[-1]))
+        if val is not None and len(val[0]):
+            last.append(int(val[0].max()))
+        if layers is not None and len(layers[0]):
+            last.append(int(layers[0].max()))
+        if acts is not None and len(acts[0]):
+            last.append(int(acts[0].max()))
+        if "loss" in dense:
+            fin = np.isfinite(dense["loss"])
+            self._n_loss += int(fin.sum())
+            if len(fin):
+                self._nonfinite_open = not bool(fin[-1])
+        self._record(out)
+        self._step = max(last)
+        return out
+
+    @staticmethod
+    def _sparse_or_dense(name: str, value: Any, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[str, ...] | None] | None:
+        if value is None:
+            return None
+        if isinstance(value, tuple) and len(value) == 2:
+            st = np.asarray(value[0]).astype(np.int64)
+            mat, names = as_matrix(name, value[1], None)
+        else:
+            st = steps
+            mat, names = as_matrix(name, value, None)
+        if mat.shape[0] != len(st):
+            raise ValueError(f"{name} has {mat.shape[0]} rows for {len(st)} steps")
+        return st, mat, names if isinstance(value, Mapping) or (isinstance(value, tuple) and isinstance(value[1], Mapping)) else None
+
+    @staticmethod
+    def _acts(value: Any, steps: np.ndarray) -> tuple[np.ndarray, Mapping[str, Any]] | None:
+        if value is None:
+            return None
+        if isinstance(value, tuple) and len(value) == 2:
+            return np.asarray(value[0]).astype(np.int64), value[1]
+        if isinstance(value, Mapping):
+            return steps, value
+        raise TypeError("activations must be (steps, {layer: {stat: array}}) or {layer: {stat: array}}")
+
+    # ------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        """A short report a person reads: status, steps seen, and what fired, when, why."""
+        lines = [f"trainsignals: status {self.status} after step {self._step}; "
+                 f"{len(self._events)} event(s){'; STOP advised' if self._should_stop else ''}"]
+        by_kind: dict[Kind, list[Event]] = {}
+        for ev in self._events:
+            by_kind.setdefault(ev.kind, []).append(ev)
+        for kind, evs in by_kind.items():
+            first = evs[0]
+            sev = "critical" if any(e.severity == "critical" for e in evs) else evs[0].severity
+            lines.append(f"  {kind.value:<20} x{len(evs):<3} {sev:<8} first at step {first.step} "
+                         f"(onset {first.onset_step}): {first.message}")
+            lines.append(f"  {'':<20}      cause: {first.cause}; fix: {first.fix}")
+        return "\n".join(lines)
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable snapshot; :meth:`load_state_dict` resumes bit-identically."""
+        return {
+            "format": "trainsignals.Monitor",
+            "version": __version__,
+            "config": _jsonable(self._config()),
+            "monitor": {
+                "step": self._step,
+                "n_loss": self._n_loss,
+                "should_stop": self._should_stop,
+                "last_state_step": dict(self._last_state_step),
+                "nonfinite_open": self._nonfinite_open,
+                "events": [e.to_dict() for e in self._events],
+            },
+            "detectors": {name: det.state_dict() for name, det, _ in self._plan},
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {"total_steps": self.total_steps, "stop_on": self.stop_on, "warmup": self.warmup,
+                "recovery": self.recovery, "min_patience": self.min_patience,
+                "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`. Refuses a foreign or mismatched snapshot, naming keys."""
+        want = {"format", "version", "config", "monitor", "detectors"}
+        if not isinstance(state, Mapping) or set(state) != want:
+            got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+            raise ValueError(f"not a Monitor state dict: expected keys {sorted(want)}, got {got}")
+        if state["format"] != "trainsignals.Monitor":
+            raise ValueError(f"not a Monitor state dict: format {state['format']!r}")
+        mine = _jsonable(self._config())
+        differ = sorted(k for k in mine if mine[k] != state["config"].get(k))
+        if differ:
+            raise ValueError(f"state dict configuration differs in: {', '.join(differ)}")
+        dets = state["detectors"]
+        names = [n for n, _, _ in self._plan]
+        if sorted(dets) != sorted(names):
+            raise ValueError(f"state dict detectors differ: missing {sorted(set(names) - set(dets))}, "
+                             f"unexpected {sorted(set(dets) - set(names))}")
+        mon = state["monitor"]
+        mkeys = {"step", "n_loss", "should_stop", "last_state_step", "nonfinite_open", "events"}
+        if set(mon) != mkeys:
+            raise ValueError(f"state dict 'monitor' keys differ: missing {sorted(mkeys - set(mon))}, "
+                             f"unexpected {sorted(set(mon) - mkeys)}")
+        for name, det, _ in self._plan:
+            det.load_state_dict(dets[name])
+        self._step = int(mon["step"])
+        self._n_loss = int(mon["n_loss"])
+        self._should_stop = bool(mon["should_stop"])
+        self._last_state_step = {k: int(v) for k, v in mon["last_state_step"].items()}
+        self._nonfinite_open = bool(mon["nonfinite_open"])
+        self._events = [Event.from_dict(e) for e in mon["events"]]
+
+    def __repr__(self) -> str:
+        return f"Monitor(total_steps={self.total_steps!r}, status={self.status!r}, events={len(self._events)})"
+
+
+def scan(total_steps: int | None = None, **signals: Any) -> list[Event]:
+    """One-shot batch run of a fresh default :class:`Monitor` over whole arrays.
+
+    ``ts.scan(loss=..., grad_norm=..., ...)`` takes the keywords of :meth:`Monitor.scan`.
+
+    Example:
+        >>> import numpy as np
+        >>> loss = np.r_[np.linspace(2.0, 1.0, 100), 1.0 * 1.2 ** np.arange(1, 30)]
+        >>> [(e.kind.value, e.step, e.onset_step) for e in scan(loss=loss)][:1]
+        [('divergence', 103, 99)]
+    """
+    return Monitor(total_steps=total_steps).scan(**signals)
+
+
+_ = math

@@ -1,0 +1,68 @@
+"""Input and configuration checks shared by the detectors and the Monitor."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def check_range(
+    name: str,
+    value: Any,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    integer: bool = False,
+) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` lies in the interval."""
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    elif isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{name} must be a number, got nan")
+    left = "(" if lo_open else "["
+    right = ")" if hi_open else "]"
+    interval = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
+    bad = (
+        (lo is not None and (v < lo or (lo_open and v == lo)))
+        or (hi is not None and (v > hi or (hi_open and v == hi)))
+    )
+    if bad:
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def to_float(name: str, x: Any) -> float:
+    """Convert a scalar signal to a Python float, or raise ``TypeError`` naming the signal.
+
+    Accepts Python numbers, NumPy scalars, 0-d arrays and anything with ``__float__``
+    (a torch or JAX scalar works without the core importing a framework).
+    """
+    if type(x) is float:
+        return x
+    if isinstance(x, (str, bytes)) or isinstance(x, bool):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+    try:
+        return float(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__}") from exc
+
+
+def to_step(x: Any) -> int:
+    """Convert a step to ``int`` or raise ``TypeError``."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return int(x)
+    if isinstance(x, (float, np.floating)) and float(x).is_integer():
+        return int(x)
+    raise TypeError(f"step must be an integer, got {type(x).__name__} {x!r}")

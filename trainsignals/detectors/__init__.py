@@ -1,0 +1,28 @@
+"""The streaming detectors. Each is usable alone on any stream; the Monitor runs a suite of them."""
+
+from ._base import Detector, DetectorProtocol
+from .activation_health import ActivationHealth
+from .cusum_plateau import CUSUMPlateau
+from .ewma_spike import EWMASpike
+from .layer_cliff import LayerGradCliff
+from .loss_grad_coupling import LossGradCoupling
+from .oscillation import Oscillation
+from .simple import LRAnomaly, NonFinite, UpdateRatioBand
+from .slope_divergence import SlopeDivergence
+from .train_val_gap import TrainValGap
+
+__all__ = [
+    "ActivationHealth",
+    "CUSUMPlateau",
+    "Detector",
+    "DetectorProtocol",
+    "EWMASpike",
+    "LRAnomaly",
+    "LayerGradCliff",
+    "LossGradCoupling",
+    "NonFinite",
+    "Oscillation",
+    "SlopeDivergence",
+    "TrainValGap",
+    "UpdateRatioBand",
+]

@@ -1,0 +1,38 @@
+"""Vectorised recurrences shared by the batch paths (the scalar paths write them out inline).
+
+The scalar paths use exactly these forms, ``m = a*x + b*m`` with ``b = 1 - a``, so that
+``scipy.signal.lfilter`` and the Python loop evaluate the same expression.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.signal import lfilter
+
+
+def ewma(x: np.ndarray, a: float, b: float, m0: float) -> np.ndarray:
+    """``m[t] = a*x[t] + b*m[t-1]`` with ``m[-1] = m0``."""
+    out, _ = lfilter([a], [1.0, -b], x, zi=[b * m0])
+    return out  # type: ignore[no-any-return]
+
+
+def ewvar(d2: np.ndarray, a: float, b: float, v0: float) -> np.ndarray:
+    """``v[t] = b*v[t-1] + (b*a)*d2[t]`` with ``v[-1] = v0`` (West's EWMA variance)."""
+    out, _ = lfilter([b * a], [1.0, -b], d2, zi=[b * v0])
+    return out  # type: ignore[no-any-return]
+
+
+def shifted(arr: np.ndarray, first: float) -> np.ndarray:
+    """``[first, arr[0], ..., arr[-2]]``: the value before each position."""
+    out = np.empty_like(arr)
+    out[0] = first
+    out[1:] = arr[:-1]
+    return out
+
+
+def first_true(mask: np.ndarray) -> int:
+    """Index of the first True in ``mask``, or ``len(mask)``."""
+    idx = int(np.argmax(mask)) if len(mask) else 0
+    if len(mask) == 0 or not mask[idx]:
+        return len(mask)
+    return idx

@@ -1,0 +1,190 @@
+"""ActivationHealth: dead ReLU units and saturated tanh/sigmoid units, per layer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range, to_step
+from ._base import Detector, _jsonable
+
+STATS = ("dead_frac", "saturation")
+
+
+class ActivationHealth(Detector):
+    """Flags layers whose units died (ReLU outputs exactly 0) or saturated (tanh/sigmoid at their limits).
+
+    Input per sample: ``{layer: {"dead_frac": f, "saturation": f, ...}}`` (other statistics
+    such as ``mean``/``var`` are accepted and ignored here). Per layer and statistic, as NumPy
+    vectors: a layer fires ``dead_units`` when its dead fraction is at least
+    ``dead_threshold`` (a layer > 90 % dead contributes almost nothing) for ``patience``
+    consecutive samples, and ``saturation`` when its saturated fraction is at least
+    ``saturation_threshold`` (most units in the flat region) for ``patience`` samples. A
+    layer fires once per excursion (re-armed when it falls back below the threshold).
+    ``onset_step`` is the last sample at which the fraction was still within ``margin`` of
+    the layer's own running baseline (EWMA, weight ``alpha``, of the samples below threshold).
+
+    Args:
+        dead_threshold: dead fraction that fires, in (0, 1].
+        saturation_threshold: saturated fraction that fires, in (0, 1].
+        patience: consecutive samples above threshold, >= 1.
+        margin: rise above baseline that ends the calm period, in (0, 1).
+        alpha: baseline EWMA weight, in (0, 1].
+
+    Example:
+        >>> det = ActivationHealth()
+        >>> evs = [det.update({"fc1": {"dead_frac": d, "saturation": 0.0}}, step=10 * i)
+        ...        for i, d in enumerate([0.3, 0.3, 0.5, 0.8, 0.95, 0.97, 0.99])]
+        >>> [(e.kind.value, e.step, e.onset_step, e.layer) for evl in evs for e in evl]
+        [('dead_units', 60, 10, 'fc1')]
+    """
+
+    signals = ("activations",)
+    _state_keys = ("n", "names", "base", "run", "fired", "calm", "last_step")
+
+    def __init__(self, dead_threshold: float = 0.9, saturation_threshold: float = 0.5, patience: int = 3,
+                 margin: float = 0.1, alpha: float = 0.2) -> None:
+        check_range("dead_threshold", dead_threshold, 0, 1, lo_open=True)
+        check_range("saturation_threshold", saturation_threshold, 0, 1, lo_open=True)
+        check_range("patience", patience, 1, None, integer=True)
+        check_range("margin", margin, 0, 1, lo_open=True, hi_open=True)
+        check_range("alpha", alpha, 0, 1, lo_open=True)
+        self.dead_threshold = dead_threshold
+        self.saturation_threshold = saturation_threshold
+        self.patience = patience
+        self.margin = margin
+        self.alpha = alpha
+        self._thr = np.array([[dead_threshold], [saturation_threshold]])
+        self._reset()
+
+    def _reset(self) -> None:
+        self._n = 0
+        self._names: tuple[str, ...] | None = None
+        self._base = np.zeros((2, 0))
+        self._run = np.zeros((2, 0), dtype=np.int64)
+        self._fired = np.zeros((2, 0), dtype=bool)
+        self._calm = np.zeros((2, 0), dtype=np.int64)
+        self._last_step = -1
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        self._n = int(state["n"])
+        self._names = tuple(state["names"]) if state["names"] is not None else None
+        L = 0 if self._names is None else len(self._names)
+        self._base = np.asarray(state["base"], dtype=np.float64).reshape(2, L)
+        self._run = np.asarray(state["run"], dtype=np.int64).reshape(2, L)
+        self._fired = np.asarray(state["fired"], dtype=bool).reshape(2, L)
+        self._calm = np.asarray(state["calm"], dtype=np.int64).reshape(2, L)
+        self._last_step = int(state["last_step"])
+
+    def _get_state(self) -> dict[str, Any]:
+        return {k: _jsonable(getattr(self, "_" + k)) for k in self._state_keys}
+
+    def update(self, *values: Any, step: int | None = None) -> list[Event]:  # type: ignore[override]
+        """Feed one sample; returns the (possibly several, one per layer and kind) events."""
+        if len(values) != 1:
+            raise TypeError("ActivationHealth.update takes one mapping of per-layer statistics")
+        mat, names = self._parse(values[0])
+        s = self._last_step + 1 if step is None else to_step(step)
+        if self._names is None:
+            self._names = names
+        return self._sample(mat, s)
+
+    def _parse(self, acts: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Validate one sample; returns the (2, layers) matrix and the layer names."""
+        if not isinstance(acts, Mapping):
+            raise TypeError("activations must be a mapping {layer: {'dead_frac': f, 'saturation': f}}")
+        names = tuple(str(k) for k in acts)
+        if self._names is not None and names != self._names:
+            raise ValueError(f"activations layers changed: expected {list(self._names)}, got {list(names)}")
+        mat = np.full((2, len(names)), np.nan)
+        for j, stats in enumerate(acts.values()):
+            if not isinstance(stats, Mapping):
+                raise TypeError("activations must map each layer to a mapping of statistics")
+            for r, key in enumerate(STATS):
+                if key in stats and stats[key] is not None:
+                    try:
+                        mat[r, j] = float(stats[key])
+                    except (TypeError, ValueError) as exc:
+                        raise TypeError(f"activations[{names[j]!r}][{key!r}] must be a real number") from exc
+        return mat, names
+
+    def _sample(self, mat: np.ndarray, step: int) -> list[Event]:
+        self._last_step = step
+        if self._n == 0 or self._base.shape[1] != mat.shape[1]:
+            L = mat.shape[1]
+            self._base = np.where(np.isfinite(mat), mat, 0.0)
+            self._run = np.zeros((2, L), dtype=np.int64)
+            self._fired = np.zeros((2, L), dtype=bool)
+            self._calm = np.full((2, L), step, dtype=np.int64)
+        self._n += 1
+        ok = np.isfinite(mat)
+        above = ok & (mat >= self._thr)
+        below = ok & ~above
+        self._base = np.where(below, self.alpha * np.where(ok, mat, 0.0) + (1 - self.alpha) * self._base, self._base)
+        self._calm = np.where(ok & (mat <= self._base + self.margin), step, self._calm)
+        self._run = np.where(above, self._run + 1, np.where(below, 0, self._run))
+        self._fired &= ~below
+        fire = (self._run >= self.patience) & ~self._fired
+        if not fire.any():
+            return []
+        self._fired |= fire
+        assert self._names is not None
+        events = []
+        for r, c in zip(*np.nonzero(fire)):
+            layer = self._names[c]
+            v = float(mat[r, c])
+            if r == 0:
+                kind, thr = Kind.DEAD_UNITS, self.dead_threshold
+                msg = f"{100 * v:.3g}% of layer {layer}'s ReLU outputs are exactly 0 ({self.patience} samples in a row)"
+            else:
+                kind, thr = Kind.SATURATION, self.saturation_threshold
+                msg = f"{100 * v:.3g}% of layer {layer}'s units are saturated ({self.patience} samples in a row)"
+            events.append(make_event(kind, "warning", step, int(self._calm[r, c]), type(self).__name__,
+                                     f"activations[{layer}].{STATS[r]}", v, thr, msg, layer=layer))
+        return events
+
+    def _step(self, x: float, step: int) -> Event | None:  # pragma: no cover - vector detector
+        raise TypeError("ActivationHealth works on per-layer statistics: use update(mapping) or scan(...)")
+
+    def scan(self, *arrays: Any, steps: Any = None) -> list[Event]:  # type: ignore[override]
+        """Batch twin: ``{layer: {"dead_frac": 1-D array, "saturation": 1-D array}}`` (one entry per sample)."""
+        if len(arrays) != 1 or not isinstance(arrays[0], Mapping):
+            raise TypeError("ActivationHealth.scan takes {layer: {stat: 1-D array}}")
+        acts = arrays[0]
+        names = tuple(str(k) for k in acts)
+        if self._names is not None and names != self._names:
+            raise ValueError(f"activations layers changed: expected {list(self._names)}, got {list(names)}")
+        cols = []
+        n = None
+        for stats in acts.values():
+            rows = []
+            for key in STATS:
+                if key in stats and stats[key] is not None:
+                    a = np.asarray(stats[key], dtype=np.float64).reshape(-1)
+                else:
+                    a = None
+                rows.append(a)
+            lens = {len(a) for a in rows if a is not None}
+            if len(lens) > 1 or (n is not None and lens and lens != {n}):
+                raise ValueError("activations arrays must all have one entry per sample")
+            if lens:
+                n = lens.pop()
+            cols.append(rows)
+        n = n or 0
+        cube = np.full((n, 2, len(names)), np.nan)
+        for c, rows in enumerate(cols):
+            for r, a in enumerate(rows):
+                if a is not None:
+                    cube[:, r, c] = a
+        from ._base import _steps_for
+
+        st = _steps_for(steps, n, self._last_step).tolist()
+        if self._names is None:
+            self._names = names
+        events: list[Event] = []
+        for t in range(n):
+            events.extend(self._sample(cube[t], st[t]))
+        return events

@@ -1,0 +1,190 @@
+"""CUSUMPlateau: the loss stopped improving while it was still making progress."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range
+from ._base import Detector
+from ._ops import ewma, first_true, shifted
+
+
+class CUSUMPlateau(Detector):
+    """Flags a stall: no new best loss for ``patience`` values, where the run was still improving.
+
+    On ``y = log(loss)`` the detector keeps a smoothed level ``s`` (EWMA, weight ``alpha``),
+    its running best ``b = min(s)`` (the cumulative-minimum form of a one-sided CUSUM of
+    improvements) and a noise scale ``noise`` (EWMA, weight ``noise_alpha``, of ``|y - s|``).
+    With ``delta = max(min_delta, delta_mult * noise * sqrt(alpha / (2 - alpha)))`` (the noise
+    of ``s``), it fires when
+
+    * the best improved by less than ``delta`` over the last ``patience`` values, **and**
+    * either the best improved by at least ``progress_mult * delta`` over the ``patience``
+      values before that (progress stopped abruptly), or it never improved by ``delta``
+      since the first value (stuck from the start).
+
+    **Converged vs stuck.** A converging run slows down smoothly: by the time a whole patience
+    window brings less than ``delta``, the window before it brought little too, so no stall is
+    reported. A stall stops progress that was clearly under way. Use
+    ``patience ~ 10 %`` of the planned steps (the Monitor does this from ``total_steps``).
+
+    ``onset_step`` is the first value of the plateau (the first step whose best is within
+    ``delta`` of the current best). After an event the detector stays quiet until the best
+    improves by ``delta`` again. Non-positive and non-finite values are skipped.
+
+    Args:
+        patience: values without improvement before a stall, >= 2.
+        alpha: smoothing weight of the level, in (0, 1).
+        noise_alpha: weight of the noise scale, in (0, 1).
+        delta_mult: smallest improvement, in noise scales of the smoothed level, >= 0.
+        progress_mult: progress (in ``delta``) that the previous window must show, >= 1.
+        min_delta: smallest improvement in log space whatever the noise, > 0.
+        signal: the signal name used in events.
+
+    Example:
+        A loss that falls, then freezes at step 300:
+
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(1)
+        >>> t = np.minimum(np.arange(600), 300)
+        >>> loss = 3.0 * np.exp(-t / 150) * np.exp(rng.normal(0, 0.02, 600))
+        >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss)]
+        [(382, 322)]
+    """
+
+    signals = ("x",)
+    _state_keys = ("n", "s", "noise", "best", "first", "hist", "shist", "armed", "alarm_best", "last_step")
+
+    def __init__(
+        self,
+        patience: int = 200,
+        alpha: float = 0.1,
+        noise_alpha: float = 0.02,
+        delta_mult: float = 1.0,
+        progress_mult: float = 4.0,
+        min_delta: float = 1e-4,
+        signal: str = "loss",
+    ) -> None:
+        check_range("patience", patience, 2, None, integer=True)
+        check_range("alpha", alpha, 0, 1, lo_open=True, hi_open=True)
+        check_range("noise_alpha", noise_alpha, 0, 1, lo_open=True, hi_open=True)
+        check_range("delta_mult", delta_mult, 0, None)
+        check_range("progress_mult", progress_mult, 1, None)
+        check_range("min_delta", min_delta, 0, None, lo_open=True)
+        self.patience = patience
+        self.alpha = alpha
+        self.noise_alpha = noise_alpha
+        self.delta_mult = delta_mult
+        self.progress_mult = progress_mult
+        self.min_delta = min_delta
+        self.signal = signal
+        self._a, self._b = float(alpha), 1.0 - float(alpha)
+        self._na, self._nb = float(noise_alpha), 1.0 - float(noise_alpha)
+        self._dscale = delta_mult * math.sqrt(alpha / (2.0 - alpha))
+        self._reset()
+
+    def _reset(self) -> None:
+        self._n = 0
+        self._s = 0.0
+        self._noise = 0.0
+        self._best = 0.0
+        self._first = 0.0
+        self._hist: deque[float] = deque(maxlen=2 * self.patience + 1)
+        self._shist: deque[int] = deque(maxlen=2 * self.patience + 1)
+        self._armed = True
+        self._alarm_best = 0.0
+        self._last_step = -1
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        self._hist = deque(state["hist"], maxlen=2 * self.patience + 1)
+        self._shist = deque(state["shist"], maxlen=2 * self.patience + 1)
+
+    def _delta(self, noise: float) -> float:
+        return max(self.min_delta, self._dscale * noise)
+
+    def _step(self, x: float, step: int) -> Event | None:
+        self._last_step = step
+        if x - x != 0.0 or x <= 0.0:
+            return None
+        y = math.log(x)
+        if self._n == 0:
+            self._s = y
+            self._best = y
+            self._first = y
+        else:
+            r = abs(y - self._s)
+            self._noise = r if self._n == 1 else self._na * r + self._nb * self._noise
+            self._s = self._a * y + self._b * self._s
+            if self._s < self._best:
+                self._best = self._s
+        self._n += 1
+        hist = self._hist
+        hist.append(self._best)
+        self._shist.append(step)
+        best = self._best
+        delta = self._delta(self._noise)
+        if not self._armed:
+            if best < self._alarm_best - delta:
+                self._armed = True
+            return None
+        p = self.patience
+        if len(hist) < 2 * p + 1:
+            return None
+        mid = hist[-p - 1]
+        if mid - best < delta and (hist[0] - mid >= self.progress_mult * delta or self._first - best < delta):
+            return self._event(step, best, mid, delta)
+        return None
+
+    def _event(self, step: int, best: float, mid: float, delta: float) -> Event:
+        self._armed = False
+        self._alarm_best = best
+        onset = step
+        for b, s in zip(reversed(self._hist), reversed(self._shist)):
+            if b - best >= delta:
+                break
+            onset = s
+        gain = math.expm1(mid - best) * 100
+        msg = (f"{self.signal} has not improved by more than {gain:.2g}% in {self.patience} steps "
+               f"(best {math.exp(best):.4g}, plateau since step {onset}) while it was still falling before")
+        return make_event(Kind.STALL, "warning", step, onset, type(self).__name__, self.signal,
+                          mid - best, delta, msg)
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        p = self.patience
+        if not self._armed or len(self._hist) < 2 * p + 1 or self._n < 2:
+            return 0
+        x = arrays[0][i:j]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.log(x)
+        lim = first_true(~np.isfinite(y))
+        if lim == 0:
+            return 0
+        y = y[:lim]
+        s = ewma(y, self._a, self._b, self._s)
+        sp = shifted(s, self._s)
+        noise = ewma(np.abs(y - sp), self._na, self._nb, self._noise)
+        best = np.minimum.accumulate(np.minimum(s, self._best))
+        ext = np.concatenate((np.asarray(self._hist), best))
+        q = np.arange(2 * p + 1, 2 * p + 1 + lim)
+        mid = ext[q - p]
+        old = ext[q - 2 * p]
+        delta = np.maximum(self.min_delta, self._dscale * noise)
+        fire = (mid - best < delta) & ((old - mid >= self.progress_mult * delta) | (self._first - best < delta))
+        k = first_true(fire)
+        if k:
+            self._s = float(s[k - 1])
+            self._noise = float(noise[k - 1])
+            self._best = float(best[k - 1])
+            self._n += k
+            st = steps[i:i + k].tolist()
+            self._hist.extend(best[max(0, k - 2 * p - 1):k].tolist())
+            self._shist.extend(st[max(0, k - 2 * p - 1):])
+            self._last_step = st[-1]
+        return k

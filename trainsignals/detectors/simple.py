@@ -1,0 +1,259 @@
+"""Small scalar detectors: non-finite values, the learning rate, the update-ratio band."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range
+from ._base import Detector
+from ._ops import ewma, first_true
+
+
+class NonFinite(Detector):
+    """Flags a NaN or infinite value: critical, once per run of non-finite values.
+
+    Example:
+        >>> [e.step for e in NonFinite().scan([1.0, 0.9, float("nan"), float("nan"), 0.8, float("inf")])]
+        [2, 5]
+    """
+
+    signals = ("x",)
+    _state_keys = ("bad", "last_step")
+
+    def __init__(self, signal: str = "loss") -> None:
+        self.signal = signal
+        self._reset()
+
+    def _reset(self) -> None:
+        self._bad = False
+        self._last_step = -1
+
+    def _step(self, x: float, step: int) -> Event | None:
+        self._last_step = step
+        if x - x == 0.0:
+            self._bad = False
+            return None
+        if self._bad:
+            return None
+        self._bad = True
+        msg = f"{self.signal} is {x}: the run cannot recover from this"
+        return make_event(Kind.NONFINITE, "critical", step, step, type(self).__name__, self.signal,
+                          x, math.inf, msg)
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        if self._bad:
+            return 0
+        k = first_true(~np.isfinite(arrays[0][i:j]))
+        if k:
+            self._last_step = int(steps[i + k - 1])
+        return k
+
+
+class LRAnomaly(Detector):
+    """Flags a learning rate that does not behave like a schedule.
+
+    Without a plan it fires when the learning rate changes by a factor of at least
+    ``jump_factor`` in one step — except an upward jump back to at most the run's peak so far
+    (a warm restart) — or drops to exactly 0 from a schedule that was not decaying (a cosine
+    ending at 0 is fine). Step decays (x0.1, x0.5) stay below the default factor.
+    With ``schedule`` (a callable ``step -> lr``), it fires when the observed learning rate
+    differs from the plan by more than ``rtol`` (relative). Quiet for ``cooldown`` steps after
+    an event.
+
+    Args:
+        jump_factor: one-step change factor that fires, > 1.
+        schedule: the intended learning rate per step, or None.
+        rtol: relative tolerance against ``schedule``, > 0.
+        cooldown: values without events after an event, >= 0.
+
+    Example:
+        >>> lr = [0.1] * 50 + [10.0] * 50
+        >>> [e.step for e in LRAnomaly().scan(lr)]
+        [50]
+    """
+
+    signals = ("x",)
+    _state_keys = ("prev", "peak", "decaying", "cooldown_left", "last_step")
+
+    def __init__(
+        self,
+        jump_factor: float = 20.0,
+        schedule: Callable[[int], float] | None = None,
+        rtol: float = 0.01,
+        cooldown: int = 50,
+    ) -> None:
+        check_range("jump_factor", jump_factor, 1, None, lo_open=True)
+        check_range("rtol", rtol, 0, None, lo_open=True)
+        check_range("cooldown", cooldown, 0, None, integer=True)
+        if schedule is not None and not callable(schedule):
+            raise ValueError(f"schedule must be a callable step -> lr, got {schedule!r}")
+        self.jump_factor = jump_factor
+        self.schedule = schedule
+        self.rtol = rtol
+        self.cooldown = cooldown
+        self._reset()
+
+    def _reset(self) -> None:
+        self._prev = -1.0
+        self._peak = 0.0
+        self._decaying = False
+        self._cooldown_left = 0
+        self._last_step = -1
+
+    def _step(self, lr: float, step: int) -> Event | None:  # type: ignore[override]
+        self._last_step = step
+        if lr - lr != 0.0 or lr < 0.0:
+            return None
+        prev = self._prev
+        msg = None
+        value = thr = 0.0
+        if self.schedule is not None:
+            want = float(self.schedule(step))
+            err = abs(lr - want) / max(abs(want), 1e-300)
+            if err > self.rtol:
+                msg = f"lr is {lr:.4g} at step {step} where the schedule says {want:.4g}"
+                value, thr = err, self.rtol
+        elif prev > 0.0:
+            if lr == 0.0:
+                if not self._decaying:
+                    msg = f"lr dropped from {prev:.4g} to 0 without a decay"
+                    value, thr = math.inf, self.jump_factor
+            else:
+                r = lr / prev
+                if r >= self.jump_factor and lr > self._peak:
+                    msg = f"lr jumped {r:.3g}x to {lr:.4g}, above the run's peak {self._peak:.4g}"
+                    value, thr = r, self.jump_factor
+                elif r <= 1.0 / self.jump_factor:
+                    msg = f"lr dropped {1 / r:.3g}x to {lr:.4g} in one step"
+                    value, thr = 1.0 / r, self.jump_factor
+        if prev >= 0.0 and lr != prev:
+            self._decaying = lr < prev
+        self._prev = lr
+        if lr > self._peak:
+            self._peak = lr
+        if self._cooldown_left:
+            self._cooldown_left -= 1
+            return None
+        if msg is None:
+            return None
+        self._cooldown_left = self.cooldown
+        return make_event(Kind.LR_ANOMALY, "warning", step, step, type(self).__name__, "lr", value, thr, msg)
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        if self.schedule is not None or self._cooldown_left or self._prev <= 0.0:
+            return 0
+        lr = arrays[0][i:j]
+        prev = np.empty_like(lr)
+        prev[0] = self._prev
+        prev[1:] = lr[:-1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = lr / prev
+        bad = ~np.isfinite(lr) | (lr <= 0.0) | ~(r < self.jump_factor) | (r <= 1.0 / self.jump_factor)
+        k = first_true(bad)
+        if k:
+            seg = lr[:k]
+            changed = np.flatnonzero(seg != prev[:k])
+            if len(changed):
+                c = changed[-1]
+                self._decaying = bool(seg[c] < prev[c])
+            self._peak = max(self._peak, float(seg.max()))
+            self._prev = float(seg[-1])
+            self._last_step = int(steps[i + k - 1])
+        return k
+
+
+class UpdateRatioBand(Detector):
+    """Flags an update ratio ``|Δw|/|w|`` that leaves its healthy band for a sustained stretch.
+
+    The ratio is already relative to the weights' own size, so the band is absolute: healthy
+    runs sit near 1e-4..1e-3; the defaults flag a level (EWMA of ``log10`` ratio, weight
+    ``alpha``) above ``high`` (3e-2: far beyond the band; > 0.1 is violent) as
+    ``update_ratio_high`` and below ``low`` (1e-5: updates too small to move the weights; < 1e-6
+    is stuck) as ``update_ratio_low``. After ``warmup`` values. Once fired, a side fires again
+    only after the level came back inside the band.
+
+    Args:
+        low: lower edge of the band, > 0.
+        high: upper edge, > low.
+        alpha: EWMA weight, in (0, 1].
+        warmup: values before any event, >= 1.
+        signal: the signal name used in events.
+
+    Example:
+        >>> import numpy as np
+        >>> ratio = np.r_[np.full(100, 3e-4), np.full(100, 0.3)]
+        >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(ratio)]
+        [('update_ratio_high', 103)]
+    """
+
+    signals = ("x",)
+    _state_keys = ("n", "level", "side", "onset", "last_step")
+
+    def __init__(self, low: float = 1e-5, high: float = 3e-2, alpha: float = 0.3, warmup: int = 10,
+                 signal: str = "update_ratio") -> None:
+        check_range("low", low, 0, None, lo_open=True)
+        check_range("high", high, low, None, lo_open=True)
+        check_range("alpha", alpha, 0, 1, lo_open=True)
+        check_range("warmup", warmup, 1, None, integer=True)
+        self.low = low
+        self.high = high
+        self.alpha = alpha
+        self.warmup = warmup
+        self.signal = signal
+        self._a, self._b = float(alpha), 1.0 - float(alpha)
+        self._llo, self._lhi = math.log10(low), math.log10(high)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._n = 0
+        self._level = 0.0
+        self._side = 0
+        self._onset = -1
+        self._last_step = -1
+
+    def _step(self, x: float, step: int) -> Event | None:
+        self._last_step = step
+        if x - x != 0.0 or x <= 0.0:
+            return None
+        y = math.log10(x)
+        self._level = y if self._n == 0 else self._a * y + self._b * self._level
+        self._n += 1
+        lv = self._level
+        side = 1 if lv > self._lhi else (-1 if lv < self._llo else 0)
+        if (y > self._lhi) != (y < self._llo) and self._onset < 0:
+            self._onset = step
+        if y <= self._lhi and y >= self._llo:
+            self._onset = -1
+        if side == self._side or self._n <= self.warmup:
+            if side == 0:
+                self._side = 0
+            return None
+        self._side = side
+        if side == 0:
+            return None
+        kind = Kind.UPDATE_RATIO_HIGH if side > 0 else Kind.UPDATE_RATIO_LOW
+        edge = self.high if side > 0 else self.low
+        onset = self._onset if self._onset >= 0 else step
+        msg = (f"update ratio has stayed near {10 ** lv:.3g}, {'above' if side > 0 else 'below'} "
+               f"the healthy band edge {edge:.3g} since step {onset}")
+        return make_event(kind, "warning", step, onset, type(self).__name__, self.signal, 10 ** lv, edge, msg)
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        if self._n <= self.warmup or self._side != 0 or self._onset >= 0:
+            return 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.log10(arrays[0][i:j])
+        lim = first_true(~np.isfinite(y) | (y > self._lhi) | (y < self._llo))
+        if lim == 0:
+            return 0
+        lv = ewma(y[:lim], self._a, self._b, self._level)
+        k = first_true((lv > self._lhi) | (lv < self._llo))
+        if k:
+            self._level = float(lv[k - 1])
+            self._n += k
+            self._last_step = int(steps[i + k - 1])
+        return k

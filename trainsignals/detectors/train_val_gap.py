@@ -1,0 +1,196 @@
+"""TrainValGap: validation loss rises while training loss keeps falling (overfitting)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range, to_float, to_step
+from ._base import Detector
+from ._ops import ewma
+
+
+class TrainValGap(Detector):
+    """Flags overfitting, with early-stopping semantics: remembers the best validation step.
+
+    Train loss arrives every step, validation loss every N steps; either may be missing.
+    The detector keeps an EWMA (weight ``alpha``) of ``log(train loss)``. At each validation it
+    tracks the best ``log(val_loss)``; a validation that does not beat the best by
+    ``log(1 + min_delta)`` counts toward ``patience``. It fires when ``patience`` validations
+    in a row failed to improve, the latest is at least ``log(1 + min_rise)`` above the best
+    (it is rising, not just flat), and the smoothed train loss is at or below its value at
+    the best validation (train still falling). ``onset_step`` and :attr:`best_step` are the
+    step of the best validation: the checkpoint to restore. Fires once per new best.
+
+    Args:
+        patience: validations without improvement, >= 1.
+        min_delta: relative improvement that counts as a new best, >= 0.
+        min_rise: relative rise above the best that counts as rising, >= 0.
+        alpha: EWMA weight of the train loss, in (0, 1].
+
+    Example:
+        >>> det = TrainValGap()
+        >>> val = {100: 1.0, 200: 0.8, 300: 0.7, 400: 0.72, 500: 0.78, 600: 0.85}
+        >>> evs = [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 601, 10)]
+        >>> [(e.step, e.onset_step) for e in evs if e]
+        [(600, 300)]
+    """
+
+    signals = ("loss", "val_loss")
+    _state_keys = ("n", "train", "best", "best_step", "best_train", "bad", "fired", "last_step")
+
+    def __init__(self, patience: int = 3, min_delta: float = 1e-3, min_rise: float = 0.02,
+                 alpha: float = 0.05) -> None:
+        check_range("patience", patience, 1, None, integer=True)
+        check_range("min_delta", min_delta, 0, None)
+        check_range("min_rise", min_rise, 0, None)
+        check_range("alpha", alpha, 0, 1, lo_open=True)
+        self.patience = patience
+        self.min_delta = min_delta
+        self.min_rise = min_rise
+        self.alpha = alpha
+        self._a, self._b = float(alpha), 1.0 - float(alpha)
+        self._ld = math.log1p(min_delta)
+        self._lr = math.log1p(min_rise)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._n = 0
+        self._train: float | None = None
+        self._best: float | None = None
+        self._best_step = -1
+        self._best_train: float | None = None
+        self._bad = 0
+        self._fired = False
+        self._last_step = -1
+
+    @property
+    def best_step(self) -> int:
+        """Step of the best validation loss so far (-1 before any): the checkpoint to keep."""
+        return self._best_step
+
+    def update(self, *values: Any, step: int | None = None) -> Event | None:  # type: ignore[override]
+        """Feed ``(train_loss, val_loss)``; either may be ``None`` (not measured this step)."""
+        if len(values) != 2:
+            raise TypeError("TrainValGap.update takes (loss, val_loss); pass None for a missing one")
+        loss = None if values[0] is None else to_float("loss", values[0])
+        val = None if values[1] is None else to_float("val_loss", values[1])
+        s = self._last_step + 1 if step is None else to_step(step)
+        self._last_step = s
+        if loss is not None:
+            self._learn_train(loss)
+        return None if val is None else self._val(val, s)
+
+    def _learn_train(self, loss: float) -> None:
+        if loss - loss != 0.0 or loss <= 0.0:
+            return
+        u = math.log(loss)
+        self._train = u if self._train is None else self._a * u + self._b * self._train
+
+    def _val(self, val: float, step: int) -> Event | None:
+        if val - val != 0.0 or val <= 0.0:
+            return None
+        v = math.log(val)
+        self._n += 1
+        if self._best is None or v < self._best - self._ld:
+            self._best = v
+            self._best_step = step
+            self._best_train = self._train
+            self._bad = 0
+            self._fired = False
+            return None
+        self._bad += 1
+        if self._fired or self._bad < self.patience or v - self._best < self._lr:
+            return None
+        if self._train is None or self._best_train is None or self._train > self._best_train:
+            return None
+        self._fired = True
+        rise = math.expm1(v - self._best) * 100
+        fall = -math.expm1(self._train - self._best_train) * 100
+        msg = (f"val_loss {val:.4g} is {rise:.2g}% above its best {math.exp(self._best):.4g} "
+               f"(step {self._best_step}) after {self._bad} evaluations while the train loss fell {fall:.2g}%: "
+               f"restore the step-{self._best_step} checkpoint")
+        return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",
+                          v - self._best, self._lr, msg)
+
+    def _step(self, loss: float, val: float, step: int) -> Event | None:  # type: ignore[override]
+        self._last_step = step
+        self._learn_train(loss)
+        return self._val(val, step) if val == val else None
+
+    def scan(self, *arrays: Any, steps: Any = None) -> list[Event]:  # type: ignore[override]
+        """Batch twin: ``scan(loss, (val_steps, val_values), steps=...)``.
+
+        ``loss`` is aligned with ``steps``; validation comes as its own ``(steps, values)``
+        pair. Either may be ``None``.
+        """
+        if len(arrays) != 2:
+            raise TypeError("TrainValGap.scan takes (loss, (val_steps, val_values))")
+        from ._base import _as_1d, _steps_for
+
+        loss = None if arrays[0] is None else _as_1d("loss", arrays[0])
+        n = 0 if loss is None else len(loss)
+        vs, vv = (np.zeros(0, dtype=np.int64), np.zeros(0)) if arrays[1] is None else sparse_pair("val_loss", arrays[1])
+        if loss is None:
+            st = np.zeros(0, dtype=np.int64)
+        else:
+            st = _steps_for(steps, n, self._last_step)
+        events: list[Event] = []
+        # smoothed train loss after each step, over finite positive values only
+        tr_at = np.zeros(0)
+        if loss is not None and n:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                u = np.log(loss)
+            good = np.isfinite(u)
+            ug = u[good]
+            if len(ug):
+                if self._train is None:
+                    sm = ewma(ug[1:], self._a, self._b, float(ug[0]))
+                    sm = np.concatenate(([ug[0]], sm))
+                else:
+                    sm = ewma(ug, self._a, self._b, self._train)
+            else:
+                sm = ug
+            idx = np.cumsum(good) - 1
+            tr_at = np.where(idx >= 0, sm[np.maximum(idx, 0)] if len(sm) else np.nan, np.nan)
+            if self._train is not None:
+                tr_at = np.where(idx >= 0, tr_at, self._train)
+        # walk validations in order, with the train state as of each validation step
+        pos = np.searchsorted(st, vs, side="right") - 1 if n else np.full(len(vs), -1)
+        for p, s, val in zip(pos.tolist(), vs.tolist(), vv.tolist()):
+            if p >= 0:
+                t = float(tr_at[p])
+                self._train = None if t != t else t
+            ev = self._val(val, s)
+            self._last_step = max(self._last_step, s)
+            if ev is not None:
+                events.append(ev)
+        if n:
+            t = float(tr_at[-1])
+            self._train = None if t != t else t
+            self._last_step = max(self._last_step, int(st[-1]))
+        return events
+
+
+def sparse_pair(name: str, value: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a ``(steps, values)`` pair for a signal sampled at its own cadence."""
+    try:
+        steps, values = value
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a (steps, values) pair") from exc
+    st = np.asarray(steps)
+    vals = np.asarray(values, dtype=np.float64)
+    if st.ndim != 1 or vals.ndim != 1 or len(st) != len(vals):
+        raise ValueError(f"{name} steps and values must be 1-D of equal length, got {st.shape} and {vals.shape}")
+    if len(st) and st.dtype.kind not in "iu":
+        if st.dtype.kind == "f" and np.all(st == np.round(st)):
+            st = st.astype(np.int64)
+        else:
+            raise TypeError(f"{name} steps must be integers")
+    return st.astype(np.int64), vals
+
+
+__all__ = ["TrainValGap", "sparse_pair", "to_float"]
