@@ -12,13 +12,16 @@ from .._validate import check_range, to_step
 from ._base import Detector, _jsonable
 
 STATS = ("dead_frac", "saturation")
+ALL_STATS = ("dead_frac", "saturation", "mean", "var", "min", "max")
 
 
 class ActivationHealth(Detector):
     """Flags layers whose units died (ReLU outputs exactly 0) or saturated (tanh/sigmoid at their limits).
 
     Input per sample: ``{layer: {"dead_frac": f, "saturation": f, ...}}`` (other statistics
-    such as ``mean``/``var`` are accepted and ignored here). Per layer and statistic, as NumPy
+    such as ``mean``/``var`` are accepted and ignored here), or, for many layers, the column
+    form ``{"dead_frac": vector, "saturation": vector}`` (one value per layer, layers named by
+    position unless named by an earlier sample). Per layer and statistic, as NumPy
     vectors: a layer fires ``dead_units`` when its dead fraction is at least
     ``dead_threshold`` (a layer > 90 % dead contributes almost nothing) for ``patience``
     consecutive samples, and ``saturation`` when its saturated fraction is at least
@@ -96,6 +99,8 @@ class ActivationHealth(Detector):
         """Validate one sample; returns the (2, layers) matrix and the layer names."""
         if not isinstance(acts, Mapping):
             raise TypeError("activations must be a mapping {layer: {'dead_frac': f, 'saturation': f}}")
+        if acts and all(k in ALL_STATS for k in acts) and not any(isinstance(v, Mapping) for v in acts.values()):
+            return self._parse_columns(acts)
         names = tuple(str(k) for k in acts)
         if self._names is not None and names != self._names:
             raise ValueError(f"activations layers changed: expected {list(self._names)}, got {list(names)}")
@@ -111,6 +116,26 @@ class ActivationHealth(Detector):
                         raise TypeError(f"activations[{names[j]!r}][{key!r}] must be a real number") from exc
         return mat, names
 
+    def _parse_columns(self, acts: Mapping[str, Any]) -> tuple[np.ndarray, tuple[str, ...]]:
+        """The fast form for many layers: ``{"dead_frac": vector, "saturation": vector}``."""
+        cols = {}
+        for key, v in acts.items():
+            try:
+                cols[key] = np.asarray(v, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"activations[{key!r}] must be a vector of real numbers") from exc
+        lens = {len(c) for c in cols.values()}
+        if len(lens) != 1:
+            raise ValueError(f"activations vectors must have one value per layer, got lengths {sorted(lens)}")
+        L = lens.pop()
+        names = self._names if self._names is not None and len(self._names) == L else tuple(
+            f"layer{i}" for i in range(L))
+        mat = np.full((2, L), np.nan)
+        for r, key in enumerate(STATS):
+            if key in cols:
+                mat[r] = cols[key]
+        return mat, names
+
     def _sample(self, mat: np.ndarray, step: int) -> list[Event]:
         self._last_step = step
         if self._n == 0 or self._base.shape[1] != mat.shape[1]:
@@ -120,6 +145,12 @@ class ActivationHealth(Detector):
             self._fired = np.zeros((2, L), dtype=bool)
             self._calm = np.full((2, L), step, dtype=np.int64)
         self._n += 1
+        if np.isfinite(mat).all() and not (mat >= self._thr).any():  # the common, quiet case
+            self._base = self.alpha * mat + (1 - self.alpha) * self._base
+            np.copyto(self._calm, step, where=mat <= self._base + self.margin)
+            self._run.fill(0)
+            self._fired.fill(False)
+            return []
         ok = np.isfinite(mat)
         above = ok & (mat >= self._thr)
         below = ok & ~above

@@ -158,7 +158,7 @@ class CUSUMPlateau(Detector):
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         p = self.patience
-        if not self._armed or len(self._hist) < 2 * p + 1 or self._n < 2:
+        if len(self._hist) < 2 * p + 1 or self._n < 2:
             return 0
         x = arrays[0][i:j]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -176,7 +176,10 @@ class CUSUMPlateau(Detector):
         mid = ext[q - p]
         old = ext[q - 2 * p]
         delta = np.maximum(self.min_delta, self._dscale * noise)
-        fire = (mid - best < delta) & ((old - mid >= self.progress_mult * delta) | (self._first - best < delta))
+        if self._armed:
+            fire = (mid - best < delta) & ((old - mid >= self.progress_mult * delta) | (self._first - best < delta))
+        else:  # the only thing that can happen while disarmed: the best improves and re-arms
+            fire = best < self._alarm_best - delta
         k = first_true(fire)
         if k:
             self._s = float(s[k - 1])

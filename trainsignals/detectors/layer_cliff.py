@@ -126,25 +126,29 @@ class LayerGradCliff(Detector):
             self._calm = np.full(len(u), step, dtype=np.int64)
             self._n = 1
             return None
-        self._f = np.where(ok, self._fa * u + self._fb * self._f, self._f)
-        self._s = np.where(ok, self._sa * u + self._sb * self._s, self._s)
+        if ok.all():
+            self._f = self._fa * u + self._fb * self._f
+            self._s = self._sa * u + self._sb * self._s
+        else:
+            self._f = np.where(ok, self._fa * u + self._fb * self._f, self._f)
+            self._s = np.where(ok, self._sa * u + self._sb * self._s, self._s)
         self._n += 1
         return self._check(step)
 
     def _check(self, step: int) -> Event | None:
         f, s = self._f, self._s
-        med = float(np.median(f))
-        below = med - f
+        below = float(middle(f)) - f
         dropped = s - f
-        med_drop = float(np.median(dropped))
-        calm = (below < 1.0) & (dropped < 1.0)
-        self._calm[calm] = step
+        np.copyto(self._calm, step, where=(below < 1.0) & (dropped < 1.0))
         if self._cooldown_left:
             self._cooldown_left -= 1
             return None
         if self._n <= self.warmup:
             return None
-        cliff = (below >= self.gap) | ((dropped >= self.drop) & (med_drop < 1.0))
+        cliff = below >= self.gap
+        fell = dropped >= self.drop
+        if fell.any() and float(middle(dropped)) < 1.0:
+            cliff |= fell
         if not cliff.any():
             return None
         score = np.where(cliff, np.maximum(below, dropped), -np.inf)
@@ -199,10 +203,10 @@ class LayerGradCliff(Detector):
         u = u[:lim]
         f, _ = lfilter([self._fa], [1.0, -self._fb], u, axis=0, zi=(self._fb * self._f)[None, :])
         s, _ = lfilter([self._sa], [1.0, -self._sb], u, axis=0, zi=(self._sb * self._s)[None, :])
-        med = np.median(f, axis=1)
+        med = middle(f)
         below = med[:, None] - f
         dropped = s - f
-        med_drop = np.median(dropped, axis=1)
+        med_drop = middle(dropped)
         cliff = ((below >= self.gap) | ((dropped >= self.drop) & (med_drop[:, None] < 1.0))).any(axis=1)
         k = int(np.argmax(cliff)) if cliff.any() else lim
         if k:
@@ -215,6 +219,16 @@ class LayerGradCliff(Detector):
             self._n += k
             self._last_step = int(st[-1])
         return k
+
+
+def middle(a: np.ndarray) -> np.ndarray:
+    """Median along the last axis by partial sort (the same arithmetic for a row or a matrix)."""
+    n = a.shape[-1]
+    k = n // 2
+    if n % 2:
+        return np.partition(a, k, axis=-1)[..., k]
+    part = np.partition(a, (k - 1, k), axis=-1)
+    return (part[..., k - 1] + part[..., k]) * 0.5
 
 
 def first_bad_row(u: np.ndarray) -> int:
