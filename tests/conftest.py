@@ -28,14 +28,17 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> list[np.nda
     """One array per signal the detector reads."""
     rng = np.random.default_rng(seed + 1)
     loss = failing_stream(n, seed)
+    if isinstance(det, ts.CUSUMPlateau):
+        x = np.exp(np.log(2.0) - np.minimum(np.arange(n), 250) / 100 + rng.normal(0, 0.01, n))
+        x[400] = np.nan
+        g = np.exp(rng.normal(0, 0.05, n))
+        g[250:] *= 0.1
+        g[::9] = np.nan
+        return [x, g]
     if det.signals == ("loss", "grad_norm"):
         grad = np.exp(rng.normal(0, 0.1, n))
         grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
         return [loss, grad]
-    if isinstance(det, ts.CUSUMPlateau):
-        x = np.exp(np.log(2.0) - np.minimum(np.arange(n), 250) / 100 + rng.normal(0, 0.01, n))
-        x[400] = np.nan
-        return [x]
     if isinstance(det, ts.LRAnomaly):
         lr = np.full(n, 1e-3)
         lr[200:] = 0.1
@@ -45,7 +48,9 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> list[np.nda
         r = 3e-4 * np.exp(rng.normal(0, 0.2, n))
         r[250:320] = 0.3
         r[450:] = 1e-8
-        return [r]
+        lr = np.full(n, 1e-3)
+        lr[::7] = np.nan
+        return [r, lr]
     return [loss]
 
 

@@ -133,6 +133,7 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.LossGradCoupling, "slow", 0.5),
         (ts.LRAnomaly, "jump_factor", 1.0),
         (ts.UpdateRatioBand, "high", 1e-9),
+        (ts.UpdateRatioBand, "ref_alpha", 0.5),
         (ts.TrainValGap, "patience", 0),
         (ts.LayerGradCliff, "gap", 0),
         (ts.ActivationHealth, "dead_threshold", 1.5),

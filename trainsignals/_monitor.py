@@ -52,12 +52,12 @@ _SUITE: tuple[tuple[str, type, tuple[str, ...]], ...] = (
     ("nonfinite_val_loss", NonFinite, ("val_loss",)),
     ("loss_spike", EWMASpike, ("loss",)),
     ("divergence", SlopeDivergence, ("loss",)),
-    ("stall", CUSUMPlateau, ("loss",)),
-    ("oscillation", Oscillation, ("loss",)),
+    ("stall", CUSUMPlateau, ("loss", "grad_norm")),
+    ("oscillation", Oscillation, ("loss", "grad_norm")),
     ("grad_explosion", EWMASpike, ("grad_norm",)),
     ("coupling", LossGradCoupling, ("loss", "grad_norm")),
     ("lr_anomaly", LRAnomaly, ("lr",)),
-    ("update_ratio", UpdateRatioBand, ("update_ratio",)),
+    ("update_ratio", UpdateRatioBand, ("update_ratio", "lr")),
     ("overfitting", TrainValGap, ("loss", "val_loss")),
     ("layer_cliff", LayerGradCliff, ("layer_grad_norms",)),
     ("activations", ActivationHealth, ("activations",)),
@@ -72,6 +72,9 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _SCALARS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
 _NONNEG = ("grad_norm", "lr", "update_ratio")
+_NAN = float("nan")
+# detectors whose second input is optional (nan when absent)
+_OPTIONAL_SECOND = ("stall", "oscillation", "update_ratio")
 
 
 class Monitor:
@@ -312,6 +315,11 @@ class Monitor:
                     continue
                 else:
                     continue
+            elif name in _OPTIONAL_SECOND:
+                first, second = sigs
+                if first not in vals:
+                    continue
+                ev = det._step(vals[first], vals.get(second, _NAN), s)
             elif name == "overfitting":
                 if "loss" not in vals and "val_loss" not in vals:
                     continue
@@ -402,6 +410,10 @@ class Monitor:
             elif sigs == ("activations",):
                 if acts is not None:
                     evs = det.scan(acts[1], steps=acts[0])
+            elif name in _OPTIONAL_SECOND:
+                first, second = sigs
+                if first in dense:
+                    evs = det.scan(dense[first], dense.get(second, np.full(n, np.nan)), steps=steps)
             elif all(s in dense for s in sigs):
                 evs = det.scan(*(dense[s] for s in sigs), steps=steps)
             per_det.append(evs)

@@ -16,22 +16,27 @@ from ._ops import ewma, first_true, shifted
 
 
 class CUSUMPlateau(Detector):
-    """Flags a stall: no new best loss for ``patience`` values, where the run was still improving.
+    """Flags a stall: no new best loss for ``patience`` values while the run has stopped moving.
 
     On ``y = log(loss)`` the detector keeps a smoothed level ``s`` (EWMA, weight ``alpha``),
     its running best ``b = min(s)`` (the cumulative-minimum form of a one-sided CUSUM of
     improvements) and a noise scale ``noise`` (EWMA, weight ``noise_alpha``, of ``|y - s|``).
     With ``delta = max(min_delta, delta_mult * noise * sqrt(alpha / (2 - alpha)))`` (the noise
-    of ``s``), it fires when
+    of ``s``), the loss is on a *plateau* when the best improved by less than ``delta`` over
+    the last ``patience`` values. The detector fires on a plateau when
 
-    * the best improved by less than ``delta`` over the last ``patience`` values, **and**
-    * either the best improved by at least ``progress_mult * delta`` over the ``patience``
-      values before that (progress stopped abruptly), or it never improved by ``delta``
-      since the first value (stuck from the start).
+    * the run is **stuck**: its grad norm (optional second input; ``nan`` when unknown) fell
+      at least ``stuck_decades`` decades (fast EWMA of ``log10(grad_norm)``, weight ``alpha``,
+      now vs ``2 * patience`` values ago, before the plateau began) — tiny updates;
+    * or, when no grad norm is known, progress stopped **abruptly**: the best improved by at
+      least ``progress_mult * delta`` over the ``patience`` values before the plateau;
+    * or the loss never improved by ``delta`` since the first value (stuck from the start).
 
-    **Converged vs stuck.** A converging run slows down smoothly: by the time a whole patience
-    window brings less than ``delta``, the window before it brought little too, so no stall is
-    reported. A stall stops progress that was clearly under way. Use
+    **Converged vs stuck.** A converged run sits on a plateau too, but it still moves: its
+    grad norm stays in its band (minibatch noise keeps it up). A stuck run's gradients and
+    updates collapse (learning rate far too small, dead units, a flat region). Without a grad
+    norm, a converging run is told by its smooth slow-down: by the time a whole patience
+    window brings less than ``delta``, the window before brought little too. Use
     ``patience ~ 10 %`` of the planned steps (the Monitor does this from ``total_steps``).
 
     ``onset_step`` is the first value of the plateau (the first step whose best is within
@@ -40,10 +45,11 @@ class CUSUMPlateau(Detector):
 
     Args:
         patience: values without improvement before a stall, >= 2.
+        stuck_decades: fall of the grad norm over the window that counts as stuck, > 0.
         alpha: smoothing weight of the level, in (0, 1).
         noise_alpha: weight of the noise scale, in (0, 1).
         delta_mult: smallest improvement, in noise scales of the smoothed level, >= 0.
-        progress_mult: progress (in ``delta``) that the previous window must show, >= 1.
+        progress_mult: progress (in ``delta``) the previous window must show (loss only), >= 1.
         min_delta: smallest improvement in log space whatever the noise, > 0.
         signal: the signal name used in events.
 
@@ -54,30 +60,34 @@ class CUSUMPlateau(Detector):
         >>> rng = np.random.default_rng(1)
         >>> t = np.minimum(np.arange(600), 300)
         >>> loss = 3.0 * np.exp(-t / 150) * np.exp(rng.normal(0, 0.02, 600))
-        >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss)]
+        >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss, np.full(600, np.nan))]
         [(382, 322)]
     """
 
-    signals = ("x",)
-    _state_keys = ("n", "s", "noise", "best", "first", "hist", "shist", "armed", "alarm_best", "last_step")
+    signals = ("loss", "grad_norm")
+    _state_keys = ("n", "s", "noise", "best", "first", "hist", "shist", "g", "ghist", "armed", "alarm_best",
+                   "last_step")
 
     def __init__(
         self,
         patience: int = 200,
+        stuck_decades: float = 0.4,
         alpha: float = 0.1,
         noise_alpha: float = 0.02,
         delta_mult: float = 1.0,
-        progress_mult: float = 4.0,
+        progress_mult: float = 10.0,
         min_delta: float = 1e-4,
         signal: str = "loss",
     ) -> None:
         check_range("patience", patience, 2, None, integer=True)
+        check_range("stuck_decades", stuck_decades, 0, None, lo_open=True)
         check_range("alpha", alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("noise_alpha", noise_alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("delta_mult", delta_mult, 0, None)
         check_range("progress_mult", progress_mult, 1, None)
         check_range("min_delta", min_delta, 0, None, lo_open=True)
         self.patience = patience
+        self.stuck_decades = stuck_decades
         self.alpha = alpha
         self.noise_alpha = noise_alpha
         self.delta_mult = delta_mult
@@ -87,6 +97,7 @@ class CUSUMPlateau(Detector):
         self._a, self._b = float(alpha), 1.0 - float(alpha)
         self._na, self._nb = float(noise_alpha), 1.0 - float(noise_alpha)
         self._dscale = delta_mult * math.sqrt(alpha / (2.0 - alpha))
+        self._stuck = stuck_decades
         self._reset()
 
     def _reset(self) -> None:
@@ -97,6 +108,8 @@ class CUSUMPlateau(Detector):
         self._first = 0.0
         self._hist: deque[float] = deque(maxlen=2 * self.patience + 1)
         self._shist: deque[int] = deque(maxlen=2 * self.patience + 1)
+        self._g: float | None = None
+        self._ghist: deque[float | None] = deque(maxlen=2 * self.patience + 1)
         self._armed = True
         self._alarm_best = 0.0
         self._last_step = -1
@@ -105,15 +118,29 @@ class CUSUMPlateau(Detector):
         super()._set_state(state)
         self._hist = deque(state["hist"], maxlen=2 * self.patience + 1)
         self._shist = deque(state["shist"], maxlen=2 * self.patience + 1)
+        self._ghist = deque(state["ghist"], maxlen=2 * self.patience + 1)
 
     def _delta(self, noise: float) -> float:
         return max(self.min_delta, self._dscale * noise)
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _decide(self, best: float, mid: float, old: float, delta: float, g: float | None,
+                g_then: float | None) -> bool:
+        if mid - best >= delta:
+            return False
+        if self._first - best < delta:
+            return True
+        if g is not None:
+            return g_then is not None and g_then - g >= self._stuck
+        return old - mid >= self.progress_mult * delta
+
+    def _step(self, x: float, grad: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
         y = math.log(x)
+        if grad - grad == 0.0 and grad > 0.0:
+            lg = math.log10(grad)
+            self._g = lg if self._g is None else self._a * lg + self._b * self._g
         if self._n == 0:
             self._s = y
             self._best = y
@@ -128,6 +155,7 @@ class CUSUMPlateau(Detector):
         hist = self._hist
         hist.append(self._best)
         self._shist.append(step)
+        self._ghist.append(self._g)
         best = self._best
         delta = self._delta(self._noise)
         if not self._armed:
@@ -138,7 +166,7 @@ class CUSUMPlateau(Detector):
         if len(hist) < 2 * p + 1:
             return None
         mid = hist[-p - 1]
-        if mid - best < delta and (hist[0] - mid >= self.progress_mult * delta or self._first - best < delta):
+        if self._decide(best, mid, hist[0], delta, self._g, self._ghist[0]):
             return self._event(step, best, mid, delta)
         return None
 
@@ -151,8 +179,11 @@ class CUSUMPlateau(Detector):
                 break
             onset = s
         gain = math.expm1(mid - best) * 100
+        why = "since the start" if self._first - best < delta else (
+            f"while the grad norm fell {self._ghist[0] - self._g:.1f} decades"
+            if self._g is not None and self._ghist[0] is not None else "after clear progress before")
         msg = (f"{self.signal} has not improved by more than {gain:.2g}% in {self.patience} steps "
-               f"(best {math.exp(best):.4g}, plateau since step {onset}) while it was still falling before")
+               f"(best {math.exp(best):.4g}, plateau since step {onset}) {why}")
         return make_event(Kind.STALL, "warning", step, onset, type(self).__name__, self.signal,
                           mid - best, delta, msg)
 
@@ -161,9 +192,17 @@ class CUSUMPlateau(Detector):
         if len(self._hist) < 2 * p + 1 or self._n < 2:
             return 0
         x = arrays[0][i:j]
+        gr = arrays[1][i:j]
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.log(x)
-        lim = first_true(~np.isfinite(y))
+            lg = np.log10(gr)
+        lg_ok = np.isfinite(lg)
+        # a grad norm appearing for the first time, or a missing one among present ones, is scalar work
+        if self._g is None:
+            bad = ~np.isfinite(y) | lg_ok
+        else:
+            bad = ~np.isfinite(y) | ~lg_ok
+        lim = first_true(bad)
         if lim == 0:
             return 0
         y = y[:lim]
@@ -176,8 +215,19 @@ class CUSUMPlateau(Detector):
         mid = ext[q - p]
         old = ext[q - 2 * p]
         delta = np.maximum(self.min_delta, self._dscale * noise)
+        g = None
+        if self._g is not None:
+            g = ewma(lg[:lim], self._a, self._b, self._g)
+            prev = np.array([np.nan if v is None else v for v in self._ghist], dtype=np.float64)
+            g_then = np.concatenate((prev, g))[1:lim + 1]  # the level 2p values back
         if self._armed:
-            fire = (mid - best < delta) & ((old - mid >= self.progress_mult * delta) | (self._first - best < delta))
+            plateau = mid - best < delta
+            if g is not None:
+                with np.errstate(invalid="ignore"):
+                    evidence = g_then - g >= self._stuck
+            else:
+                evidence = old - mid >= self.progress_mult * delta
+            fire = plateau & ((self._first - best < delta) | evidence)
         else:  # the only thing that can happen while disarmed: the best improves and re-arms
             fire = best < self._alarm_best - delta
         k = first_true(fire)
@@ -189,5 +239,10 @@ class CUSUMPlateau(Detector):
             st = steps[i:i + k].tolist()
             self._hist.extend(best[max(0, k - 2 * p - 1):k].tolist())
             self._shist.extend(st[max(0, k - 2 * p - 1):])
+            if g is not None:
+                self._g = float(g[k - 1])
+                self._ghist.extend(g[max(0, k - 2 * p - 1):k].tolist())
+            else:
+                self._ghist.extend([None] * min(k, 2 * p + 1))
             self._last_step = st[-1]
         return k

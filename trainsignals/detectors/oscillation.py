@@ -14,31 +14,72 @@ from .._validate import check_range
 from ._base import Detector
 from ._ops import ewma, first_true, shifted
 
-_TINY = 1e-300
+
+def _residuals(win: Sequence[float]) -> tuple[list[float], float]:
+    """Residuals of the window around its least-squares line, and the line's rise over the window."""
+    pts = [(k, v) for k, v in enumerate(win) if v == v]
+    m = len(pts)
+    if m < 4:
+        return [], 0.0
+    kb = sum(k for k, _ in pts) / m
+    vb = sum(v for _, v in pts) / m
+    skk = sum((k - kb) ** 2 for k, _ in pts)
+    slope = sum((k - kb) * (v - vb) for k, v in pts) / skk
+    return [v - vb - slope * (k - kb) for k, v in pts], slope * (len(win) - 1)
+
+
+def _scale(res: list[float]) -> float:
+    """Robust noise scale of residuals: 1.4826 x median |r| (floored at 1e-3 in log space)."""
+    if not res:
+        return math.inf
+    a = sorted(abs(r) for r in res)
+    m = len(a)
+    med = a[m // 2] if m % 2 else 0.5 * (a[m // 2 - 1] + a[m // 2])
+    return max(1.4826 * med, 1e-3)
+
+
+def _frac_out(res: list[float], scale: float) -> float:
+    """Fraction of residuals larger than ``scale``."""
+    return sum(1 for r in res if abs(r) > scale) / len(res) if res else 0.0
+
+
+def _spread(res: list[float]) -> float:
+    """10-90 % range of the residuals."""
+    srt = sorted(res)
+    return srt[(9 * len(srt)) // 10 - 1] - srt[len(srt) // 10] if len(srt) >= 10 else 0.0
 
 
 class Oscillation(Detector):
-    """Flags a sawtooth: many large swings of ``log(loss)`` with no net progress.
+    """Flags a sawtooth: the loss swings far beyond its usual noise and makes no net progress.
 
-    With ``y = log(x)`` and ``d = y[t] - y[t-1]``, the detector keeps ``base``, an EWMA (weight
-    ``alpha``) of ``log|d|`` — the run's own typical step-to-step swing, as a geometric mean so
-    single spikes barely move it. A swing is *large* when ``log|d| > base + log(ratio)``. It
-    fires when, over the last ``window`` changes,
+    Inputs: the loss and, optionally, the grad norm (``nan`` when unknown), both in log space.
+    For each, the detector keeps a local swing ``v`` (EWMA, weight ``var_alpha``, of the
+    step-to-step change ``|y[t] - y[t-1]|``: a steady trend does not inflate it, and heavy
+    tails inflate it less than a variance) and the run's own baseline ``b`` (EWMA of ``v``,
+    weight ``base_alpha``). A window is examined when ``v > ratio * b`` for either
+    signal (cheap, linear recurrences); it is an oscillation when, over the last ``window``
+    values, around the window's least-squares line,
 
-    * at least ``frac * window`` swings are large (an isolated spike is one or two), and
-    * the net change ``|y[t] - y[t-window]|`` is at most ``efficiency`` times the path length
-      ``sum |d|`` (no net progress: a divergence or a fast descent has efficiency near 1).
+    * at least ``frac`` of the log-loss residuals exceed ``spread`` times the run's usual
+      residual noise — measured the same way on the window ``3 * window`` values earlier
+      (robustly: 1.4826 x median absolute residual, so correlated or heavy-tailed noise sets
+      its own scale) — or ``frac / 2`` of them while ``frac`` of the log grad-norm residuals
+      do (the grad norm spikes and collapses repeatedly); a lone spike is one or two values;
+    * the line's rise over the window is at most ``efficiency`` times the residuals' 10-90 %
+      range: no net progress (a divergence or a fast descent moves).
 
-    ``onset_step`` is the first large swing in the window. Quiet for ``cooldown`` values after
-    an event; no event in the first ``warmup`` values.
+    ``onset_step`` is the start of the window. No event in the first ``warmup`` values; quiet
+    for ``cooldown`` values after an event.
 
     Args:
-        window: changes in the window, >= 4.
-        ratio: factor over the typical swing that makes a swing large, > 1.
-        frac: fraction of large swings that fires, in (0, 1].
-        efficiency: largest net-change / path-length ratio that fires, in (0, 1].
-        alpha: weight of the typical-swing EWMA, in (0, 1).
-        warmup: values before any event, >= window.
+        window: values in the window, >= 8.
+        ratio: local-to-baseline swing ratio that opens a window for examination, > 1.
+        frac: fraction of far values that fires, in (0, 1].
+        spread: residual size that counts as far, in usual noises ``sigma``, > 0.
+        efficiency: largest net-change / spread ratio that counts as no progress, in (0, 1].
+        var_alpha: weight of the local swing, in (0, 1).
+        base_alpha: weight of the baseline swing, in (0, var_alpha).
+        warmup: values before any event, >= 4 * window.
         cooldown: values without events after an event, >= 0.
         signal: the signal name used in events.
 
@@ -50,140 +91,183 @@ class Oscillation(Detector):
         >>> t = np.arange(300)
         >>> loss = np.exp(-np.minimum(t, 150) / 100) * np.exp(rng.normal(0, 0.02, 300))
         >>> loss[150:] *= np.where(t[150:] % 2 == 0, 1.4, 1 / 1.4)
-        >>> [(e.step, e.onset_step) for e in Oscillation().scan(loss)]
-        [(159, 150)]
+        >>> [(e.step, e.onset_step) for e in Oscillation().scan(loss, np.full(300, np.nan))]
+        [(160, 129)]
     """
 
-    signals = ("x",)
-    _state_keys = ("n", "base", "prev", "ys", "ss", "big", "cooldown_left", "last_step")
+    signals = ("loss", "grad_norm")
+    _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ss", "cooldown_left",
+                   "last_step")
 
     def __init__(
         self,
-        window: int = 20,
-        ratio: float = 5.0,
-        frac: float = 0.5,
-        efficiency: float = 0.3,
-        alpha: float = 0.01,
-        warmup: int = 50,
+        window: int = 32,
+        ratio: float = 1.7,
+        frac: float = 0.4,
+        spread: float = 2.0,
+        efficiency: float = 0.5,
+        var_alpha: float = 0.1,
+        base_alpha: float = 0.005,
+        warmup: int = 128,
         cooldown: int = 100,
         signal: str = "loss",
     ) -> None:
-        check_range("window", window, 4, None, integer=True)
+        check_range("window", window, 8, None, integer=True)
         check_range("ratio", ratio, 1, None, lo_open=True)
         check_range("frac", frac, 0, 1, lo_open=True)
+        check_range("spread", spread, 0, None, lo_open=True)
         check_range("efficiency", efficiency, 0, 1, lo_open=True)
-        check_range("alpha", alpha, 0, 1, lo_open=True, hi_open=True)
-        check_range("warmup", warmup, window, None, integer=True)
+        check_range("var_alpha", var_alpha, 0, 1, lo_open=True, hi_open=True)
+        check_range("base_alpha", base_alpha, 0, var_alpha, lo_open=True, hi_open=True)
+        check_range("warmup", warmup, 4 * window, None, integer=True)
         check_range("cooldown", cooldown, 0, None, integer=True)
         self.window = window
         self.ratio = ratio
         self.frac = frac
+        self.spread = spread
         self.efficiency = efficiency
-        self.alpha = alpha
+        self.var_alpha = var_alpha
+        self.base_alpha = base_alpha
         self.warmup = warmup
         self.cooldown = cooldown
         self.signal = signal
-        self._a, self._b = float(alpha), 1.0 - float(alpha)
-        self._lr = math.log(ratio)
-        self._need = frac * window
+        self._va, self._vb = float(var_alpha), 1.0 - float(var_alpha)
+        self._ba, self._bb = float(base_alpha), 1.0 - float(base_alpha)
         self._reset()
 
     def _reset(self) -> None:
         w = self.window
         self._n = 0
-        self._base = 0.0
-        self._prev = 0.0
-        self._ys: deque[float] = deque(maxlen=w + 1)
-        self._ss: deque[int] = deque(maxlen=w + 1)
-        self._big: deque[int] = deque(maxlen=w)
+        self._ml = self._vl = self._bl = 0.0
+        self._ng = 0
+        self._mg = self._vg = self._bg = 0.0
+        self._ys: deque[float] = deque(maxlen=4 * w)
+        self._gs: deque[float] = deque(maxlen=4 * w)
+        self._ss: deque[int] = deque(maxlen=w)
         self._cooldown_left = 0
         self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
         w = self.window
-        self._ys = deque(state["ys"], maxlen=w + 1)
-        self._ss = deque(state["ss"], maxlen=w + 1)
-        self._big = deque(state["big"], maxlen=w)
+        self._ys = deque(state["ys"], maxlen=4 * w)
+        self._gs = deque((math.nan if v is None else v for v in state["gs"]), maxlen=4 * w)
+        self._ss = deque(state["ss"], maxlen=w)
 
-    def _confirm(self, ys: Sequence[float]) -> tuple[bool, float]:
-        path = 0.0
-        for k in range(1, len(ys)):
-            path += abs(ys[k] - ys[k - 1])
-        eff = abs(ys[-1] - ys[0]) / (path + _TINY)
-        return eff <= self.efficiency, eff
+    def _get_state(self) -> dict[str, Any]:
+        st = super()._get_state()
+        st["gs"] = [None if v != v else v for v in self._gs]
+        return st
 
-    def _step(self, x: float, step: int) -> Event | None:
+    # the decision, shared by both paths ---------------------------------------------------
+    def _confirm(self, ys: Sequence[float], gs: Sequence[float]) -> tuple[bool, float, float]:
+        w = self.window
+        res, rise = _residuals(ys[-w:])
+        fl = _frac_out(res, self.spread * _scale(_residuals(ys[:w])[0]))
+        fg = 0.0
+        gref = _residuals(gs[:w])[0]
+        if gref:
+            fg = _frac_out(_residuals(gs[-w:])[0], self.spread * _scale(gref))
+        if not (fl >= self.frac or (fl >= 0.5 * self.frac and fg >= self.frac)):
+            return False, fl, fg
+        return abs(rise) <= self.efficiency * _spread(res), fl, fg
+
+    def _learn(self, y: float, m: float, v: float, b: float, n: int) -> tuple[float, float, float]:
+        if n == 0:
+            return y, 0.0, 0.0
+        d = y - m
+        m = y
+        v = self._va * abs(d) + self._vb * v
+        if n < self.warmup:
+            an = max(self._ba, 1.0 / n)
+            b = an * v + (1.0 - an) * b
+        else:
+            b = self._ba * v + self._bb * b
+        return m, v, b
+
+    def _step(self, x: float, grad: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
         y = math.log(x)
         n = self._n
+        bl_prev, bg_prev = self._bl, self._bg
+        self._ml, self._vl, self._bl = self._learn(y, self._ml, self._vl, self._bl, n)
+        g = math.nan
+        if grad - grad == 0.0 and grad > 0.0:
+            g = math.log(grad)
+            self._mg, self._vg, self._bg = self._learn(g, self._mg, self._vg, self._bg, self._ng)
+            self._ng += 1
         self._n = n + 1
         self._ys.append(y)
+        self._gs.append(g)
         self._ss.append(step)
-        if n == 0:
-            return None
-        la = math.log(abs(y - self._prev) + _TINY)
-        self._prev = y
-        if n == 1:
-            self._base = la
-            self._big.append(0)
-            return None
-        big = 1 if la > self._base + self._lr else 0
-        self._base = self._a * la + self._b * self._base
-        self._big.append(big)
         if self._cooldown_left:
             self._cooldown_left -= 1
             return None
-        if n < self.warmup or sum(self._big) < self._need:
+        if n < self.warmup:
             return None
-        ok, eff = self._confirm(self._ys)
+        cand = self._vl > self.ratio * bl_prev or (bg_prev > 0.0 and self._vg > self.ratio * bg_prev)
+        if not cand:
+            return None
+        ok, fl, fg = self._confirm(list(self._ys), list(self._gs))
         if not ok:
             return None
         self._cooldown_left = self.cooldown
-        w = self.window
-        first = next(k for k, b in enumerate(self._big) if b)
-        onset = self._ss[len(self._ss) - w + first]
-        nbig = sum(self._big)
-        msg = (f"{self.signal} swung widely {nbig} times in {w} steps with no net progress "
-               f"(net/path {eff:.2f}): sawtooth")
+        onset = self._ss[0]
+        msg = (f"{self.signal} swings widely with no net progress: {100 * fl:.0f}% of the last {self.window} "
+               f"values lie beyond {self.spread:g} usual deviations"
+               + (f", and {100 * fg:.0f}% of the grad norms" if fg > 0 else "") + ": sawtooth")
         return make_event(Kind.OSCILLATION, "warning", step, onset, type(self).__name__, self.signal,
-                          nbig / w, self.frac, msg)
+                          fl, self.frac, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        w = self.window
-        if self._n < max(self.warmup, w + 2) or self._cooldown_left:
+        if self._n < self.warmup or self._cooldown_left or 0 < self._ng < self.warmup:
             return 0
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.log(arrays[0][i:j])
-        lim = first_true(~np.isfinite(y))
+            g = np.log(arrays[1][i:j])
+        g_ok = np.isfinite(g)
+        # the loss must be usable; the grad norm must be uniformly present or absent
+        if self._ng == 0:
+            bad = ~np.isfinite(y) | g_ok
+        else:
+            bad = ~np.isfinite(y) | ~g_ok
+        lim = first_true(bad)
         if lim == 0:
             return 0
         y = y[:lim]
-        yp = shifted(y, self._prev)
-        la = np.log(np.abs(y - yp) + _TINY)
-        base = ewma(la, self._a, self._b, self._base)
-        bp = shifted(base, self._base)
-        big = (la > bp + self._lr).astype(np.int64)
-        ext = np.concatenate((np.asarray(self._big, dtype=np.int64), big))
-        cs = np.concatenate(([0], np.cumsum(ext)))
-        counts = cs[w:] - cs[:-w]  # counts[q] = sum ext[q:q+w]
-        cand = counts[len(ext) - w - lim + 1:] >= self._need
+        d = y - shifted(y, self._ml)
+        vl = ewma(np.abs(d), self._va, self._vb, self._vl)
+        bl = ewma(vl, self._ba, self._bb, self._bl)
+        cand = vl > self.ratio * shifted(bl, self._bl)
+        if self._ng:
+            gg = g[:lim]
+            dg = gg - shifted(gg, self._mg)
+            vg = ewma(np.abs(dg), self._va, self._vb, self._vg)
+            bg = ewma(vg, self._ba, self._bb, self._bg)
+            bgp = shifted(bg, self._bg)
+            cand |= (bgp > 0.0) & (vg > self.ratio * bgp)
         k = lim
         if cand.any():
+            w4 = 4 * self.window
             yext = np.concatenate((np.asarray(self._ys), y))
+            gext = np.concatenate((np.asarray(self._gs, dtype=np.float64), g[:lim]))
             off = len(self._ys)
             for c in np.flatnonzero(cand):
-                if self._confirm(yext[off + c - w:off + c + 1].tolist())[0]:
+                lo = max(0, off + c + 1 - w4)
+                if self._confirm(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist())[0]:
                     k = int(c)
                     break
         if k:
-            self._base = float(base[k - 1])
-            self._prev = float(y[k - 1])
-            self._big.extend(big[max(0, k - w):k].tolist())
-            self._ys.extend(y[max(0, k - w - 1):k].tolist())
-            self._ss.extend(steps[i + max(0, k - w - 1):i + k].tolist())
+            self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
+            if self._ng:
+                self._mg, self._vg, self._bg = float(gg[k - 1]), float(vg[k - 1]), float(bg[k - 1])
+                self._ng += k
+            w = self.window
+            self._ys.extend(y[max(0, k - 4 * w):k].tolist())
+            self._gs.extend(g[max(0, k - 4 * w):k].tolist())
+            self._ss.extend(steps[i + max(0, k - w):i + k].tolist())
             self._n += k
             self._last_step = int(steps[i + k - 1])
         return k

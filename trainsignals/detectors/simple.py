@@ -169,65 +169,105 @@ class LRAnomaly(Detector):
 class UpdateRatioBand(Detector):
     """Flags an update ratio ``|Δw|/|w|`` that leaves its healthy band for a sustained stretch.
 
-    The ratio is already relative to the weights' own size, so the band is absolute: healthy
-    runs sit near 1e-4..1e-3; the defaults flag a level (EWMA of ``log10`` ratio, weight
-    ``alpha``) above ``high`` (3e-2: far beyond the band; > 0.1 is violent) as
-    ``update_ratio_high`` and below ``low`` (1e-5: updates too small to move the weights; < 1e-6
-    is stuck) as ``update_ratio_low``. After ``warmup`` values. Once fired, a side fires again
-    only after the level came back inside the band.
+    The ratio is already relative to the weights' own size; healthy runs sit near
+    1e-4..1e-3. On ``u = log10(ratio)`` the detector keeps a fast level (EWMA, weight
+    ``alpha``) and a slow reference (EWMA, weight ``ref_alpha``) and fires
+
+    * ``update_ratio_high`` when the level is above ``high`` (3e-2: far beyond the band;
+      > 0.1 is violent);
+    * ``update_ratio_low`` when the level is below ``low`` (1e-6: stuck), or below
+      ``soft_low`` (1e-5) after dropping ``drop`` decades below its own reference — unless the
+      learning rate explains it: small updates while the learning rate is below
+      ``lr_explains`` of its peak (a warm-up start, a schedule's end, a warm-restart trough)
+      are the schedule, not a failure. The learning rate is the optional second input
+      (``nan`` when unknown).
+
+    After ``warmup`` values. Once fired, a side fires again only after the level came back
+    inside the band. ``onset_step`` is the first value of the current excursion.
 
     Args:
-        low: lower edge of the band, > 0.
-        high: upper edge, > low.
-        alpha: EWMA weight, in (0, 1].
+        low: hard lower edge, > 0.
+        soft_low: lower edge that needs a drop from the run's own level, >= low.
+        high: upper edge, > soft_low.
+        drop: decades below the reference that make ``soft_low`` count, > 0.
+        lr_explains: fraction of the peak learning rate under which low updates are expected.
+        alpha: weight of the level, in (0, 1].
+        ref_alpha: weight of the reference, in (0, alpha).
         warmup: values before any event, >= 1.
         signal: the signal name used in events.
 
     Example:
         >>> import numpy as np
         >>> ratio = np.r_[np.full(100, 3e-4), np.full(100, 0.3)]
-        >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(ratio)]
+        >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(ratio, np.full(200, np.nan))]
         [('update_ratio_high', 103)]
     """
 
-    signals = ("x",)
-    _state_keys = ("n", "level", "side", "onset", "last_step")
+    signals = ("update_ratio", "lr")
+    _state_keys = ("n", "level", "ref", "lr_peak", "side", "onset", "last_step")
 
-    def __init__(self, low: float = 1e-5, high: float = 3e-2, alpha: float = 0.3, warmup: int = 10,
+    def __init__(self, low: float = 1e-6, soft_low: float = 1e-5, high: float = 3e-2, drop: float = 1.5,
+                 lr_explains: float = 0.01, alpha: float = 0.3, ref_alpha: float = 0.01, warmup: int = 10,
                  signal: str = "update_ratio") -> None:
         check_range("low", low, 0, None, lo_open=True)
-        check_range("high", high, low, None, lo_open=True)
+        check_range("soft_low", soft_low, low, None)
+        check_range("high", high, soft_low, None, lo_open=True)
+        check_range("drop", drop, 0, None, lo_open=True)
+        check_range("lr_explains", lr_explains, 0, 1)
         check_range("alpha", alpha, 0, 1, lo_open=True)
+        check_range("ref_alpha", ref_alpha, 0, alpha, lo_open=True, hi_open=True)
         check_range("warmup", warmup, 1, None, integer=True)
         self.low = low
+        self.soft_low = soft_low
         self.high = high
+        self.drop = drop
+        self.lr_explains = lr_explains
         self.alpha = alpha
+        self.ref_alpha = ref_alpha
         self.warmup = warmup
         self.signal = signal
         self._a, self._b = float(alpha), 1.0 - float(alpha)
-        self._llo, self._lhi = math.log10(low), math.log10(high)
+        self._ra, self._rb = float(ref_alpha), 1.0 - float(ref_alpha)
+        self._llo, self._lsoft, self._lhi = math.log10(low), math.log10(soft_low), math.log10(high)
         self._reset()
 
     def _reset(self) -> None:
         self._n = 0
         self._level = 0.0
+        self._ref = 0.0
+        self._lr_peak = 0.0
         self._side = 0
         self._onset = -1
         self._last_step = -1
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _side_of(self, lv: float, ref: float, lr: float) -> int:
+        if lv > self._lhi:
+            return 1
+        if lv < self._llo or (lv < self._lsoft and ref - lv >= self.drop):
+            if lr == lr and lr < self.lr_explains * self._lr_peak:
+                return 0
+            return -1
+        return 0
+
+    def _step(self, x: float, lr: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
+        if lr == lr and lr - lr == 0.0 and lr > self._lr_peak:
+            self._lr_peak = lr
         if x - x != 0.0 or x <= 0.0:
             return None
         y = math.log10(x)
-        self._level = y if self._n == 0 else self._a * y + self._b * self._level
+        if self._n == 0:
+            self._level = self._ref = y
+        else:
+            self._level = self._a * y + self._b * self._level
+            self._ref = self._ra * y + self._rb * self._ref
         self._n += 1
         lv = self._level
-        side = 1 if lv > self._lhi else (-1 if lv < self._llo else 0)
-        if (y > self._lhi) != (y < self._llo) and self._onset < 0:
-            self._onset = step
-        if y <= self._lhi and y >= self._llo:
+        side = self._side_of(lv, self._ref, lr)
+        if side == 0:
             self._onset = -1
+        elif self._onset < 0:
+            self._onset = step
         if side == self._side or self._n <= self.warmup:
             if side == 0:
                 self._side = 0
@@ -236,24 +276,31 @@ class UpdateRatioBand(Detector):
         if side == 0:
             return None
         kind = Kind.UPDATE_RATIO_HIGH if side > 0 else Kind.UPDATE_RATIO_LOW
-        edge = self.high if side > 0 else self.low
-        onset = self._onset if self._onset >= 0 else step
+        edge = self.high if side > 0 else (self.low if lv < self._llo else self.soft_low)
         msg = (f"update ratio has stayed near {10 ** lv:.3g}, {'above' if side > 0 else 'below'} "
-               f"the healthy band edge {edge:.3g} since step {onset}")
-        return make_event(kind, "warning", step, onset, type(self).__name__, self.signal, 10 ** lv, edge, msg)
+               f"the healthy band edge {edge:.3g} since step {self._onset}")
+        return make_event(kind, "warning", step, self._onset, type(self).__name__, self.signal, 10 ** lv, edge, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._n <= self.warmup or self._side != 0 or self._onset >= 0:
             return 0
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.log10(arrays[0][i:j])
-        lim = first_true(~np.isfinite(y) | (y > self._lhi) | (y < self._llo))
+        lim = first_true(~np.isfinite(y))
         if lim == 0:
             return 0
-        lv = ewma(y[:lim], self._a, self._b, self._level)
-        k = first_true((lv > self._lhi) | (lv < self._llo))
+        y = y[:lim]
+        lv = ewma(y, self._a, self._b, self._level)
+        ref = ewma(y, self._ra, self._rb, self._ref)
+        # anything that may leave the band goes to the scalar path (it knows the lr rule)
+        k = first_true((lv > self._lhi) | (lv < self._llo) | ((lv < self._lsoft) & (ref - lv >= self.drop)))
         if k:
+            lr = arrays[1][i:i + k]
+            fin = lr[np.isfinite(lr)]
+            if len(fin):
+                self._lr_peak = max(self._lr_peak, float(fin.max()))
             self._level = float(lv[k - 1])
+            self._ref = float(ref[k - 1])
             self._n += k
             self._last_step = int(steps[i + k - 1])
         return k
