@@ -130,7 +130,7 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.CUSUMPlateau, "progress_mult", 0.5),
         (ts.Oscillation, "frac", 0.0),
         (ts.Oscillation, "warmup", 3),
-        (ts.LossGradCoupling, "slow", 0.5),
+        (ts.LossGradCoupling, "lag", 1),
         (ts.LRAnomaly, "jump_factor", 1.0),
         (ts.UpdateRatioBand, "high", 1e-9),
         (ts.UpdateRatioBand, "ref_alpha", 0.5),

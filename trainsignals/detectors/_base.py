@@ -172,7 +172,7 @@ class Detector:
                 step = self._last_step + 1  # type: ignore[attr-defined]
             elif type(step) is not int:
                 step = to_step(step)
-            return self._step(x, y, step)  # type: ignore[call-arg]
+            return self._step(x, y, step)  # type: ignore[call-arg, arg-type]
         if more or len(self.signals) != 1:
             if len(more) + 1 != len(self.signals):
                 raise TypeError(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -12,78 +14,83 @@ from .._validate import check_range
 from ._base import Detector
 from ._ops import ewma, first_true
 
+_LN10 = math.log(10.0)
+
 
 class LossGradCoupling(Detector):
     """Flags silent collapse: the loss keeps falling while the grad norm collapses (or explodes).
 
-    On ``u = log(loss)`` and ``g = log(grad_norm)`` the detector keeps a fast and a slow EWMA of
-    each (weights ``fast`` and ``slow``). The grad norm has *decoupled* when its fast level sits
-    ``orders`` decades below (or above) its slow level, i.e. ``|g_fast - g_slow| >= orders*ln 10``.
+    On ``u = log(loss)`` and ``g = log(grad_norm)`` the detector keeps smoothed levels (EWMA,
+    weight ``alpha``) and compares each with its own value ``lag`` values earlier. The grad
+    norm has *decoupled* when its level moved at least ``orders`` decades over that span
+    (``|dg| >= orders * ln 10``) — a healthy run's grad norm drifts far less in ``lag`` steps.
     Then:
 
-    * if the loss is still falling or flat (``u_fast <= u_slow + log(loss_tolerance)``), it is
-      ``silent_collapse`` — the loss looks fine while the gradients have died (or blown up);
-    * if the grad norm collapsed and the loss is rising instead, it is ``vanishing_gradient``.
+    * if the loss did not rise over the span (``du <= log(loss_tolerance)``), it is
+      ``silent_collapse`` — the loss looks fine while the gradients died (or blew up);
+    * if the grad norm collapsed while the loss rose instead, it is ``vanishing_gradient``.
 
-    Both are warnings with ``onset_step`` at the last step the fast grad level was within one
-    decade of the slow one (tracked exactly). A grad-norm *explosion* with a rising loss is left
-    to :class:`EWMASpike` on the grad norm. After an event, quiet for ``cooldown`` values.
+    A grad-norm *explosion* with a rising loss is left to :class:`EWMASpike` on the grad norm.
+    Both are warnings; ``onset_step`` is the first step in the span at which the grad level
+    had left its starting value by a quarter of a decade. After an event the detector stays
+    quiet until the decoupling has cleared (``|dg|`` back under the threshold), so one
+    collapse is one event; no event before ``lag`` values were seen.
 
     Args:
-        fast: weight of the fast EWMAs, in (0, 1).
-        slow: weight of the slow EWMAs, in (0, fast).
-        orders: decades of decoupling that fire, > 0.
-        loss_tolerance: how much the loss may have risen and still count as "falling", >= 1.
-        warmup: values before any event, >= 1.
-        cooldown: values without events after an event, >= 0.
+        lag: span, in values, over which the levels are compared, >= 2.
+        alpha: weight of the smoothed levels, in (0, 1].
+        orders: decades of grad-norm movement that fire, > 0.
+        loss_tolerance: how much the loss may have risen and still count as "not rising", >= 1.
 
     Example:
-        The loss falls smoothly while the grad norm decays by 3 decades from step 200:
+        The loss falls smoothly while the grad norm decays by 3 decades from step 200 to 350:
 
         >>> import numpy as np
         >>> t = np.arange(500)
         >>> loss = 2.0 * np.exp(-t / 300)
-        >>> grad = np.where(t < 200, 1.0, 10.0 ** (-(t - 200) / 50))
-        >>> [(e.kind.value, e.step) for e in LossGradCoupling().scan(loss, grad)]
-        [('silent_collapse', 310)]
+        >>> grad = np.maximum(np.where(t < 200, 1.0, 10.0 ** (-(t - 200) / 50)), 1e-3)
+        >>> [(e.kind.value, e.step, e.onset_step) for e in LossGradCoupling().scan(loss, grad)]
+        [('silent_collapse', 284, 221)]
     """
 
     signals = ("loss", "grad_norm")
-    _state_keys = ("n", "uf", "us", "gf", "gs", "onset", "cooldown_left", "last_step")
+    _state_keys = ("n", "u", "g", "us", "gs", "ss", "armed", "last_step")
 
     def __init__(
         self,
-        fast: float = 0.1,
-        slow: float = 0.005,
+        lag: int = 250,
+        alpha: float = 0.1,
         orders: float = 1.5,
         loss_tolerance: float = 1.05,
-        warmup: int = 50,
-        cooldown: int = 200,
     ) -> None:
-        check_range("fast", fast, 0, 1, lo_open=True, hi_open=True)
-        check_range("slow", slow, 0, fast, lo_open=True, hi_open=True)
+        check_range("lag", lag, 2, None, integer=True)
+        check_range("alpha", alpha, 0, 1, lo_open=True)
         check_range("orders", orders, 0, None, lo_open=True)
         check_range("loss_tolerance", loss_tolerance, 1, None)
-        check_range("warmup", warmup, 1, None, integer=True)
-        check_range("cooldown", cooldown, 0, None, integer=True)
-        self.fast = fast
-        self.slow = slow
+        self.lag = lag
+        self.alpha = alpha
         self.orders = orders
         self.loss_tolerance = loss_tolerance
-        self.warmup = warmup
-        self.cooldown = cooldown
-        self._fa, self._fb = float(fast), 1.0 - float(fast)
-        self._sa, self._sb = float(slow), 1.0 - float(slow)
-        self._gap = orders * math.log(10.0)
+        self._a, self._b = float(alpha), 1.0 - float(alpha)
+        self._gap = orders * _LN10
         self._ltol = math.log(loss_tolerance)
         self._reset()
 
     def _reset(self) -> None:
         self._n = 0
-        self._uf = self._us = self._gf = self._gs = 0.0
-        self._onset = -1
-        self._cooldown_left = 0
+        self._u = self._g = 0.0
+        self._us: deque[float] = deque(maxlen=self.lag + 1)
+        self._gs: deque[float] = deque(maxlen=self.lag + 1)
+        self._ss: deque[int] = deque(maxlen=self.lag + 1)
+        self._armed = True
         self._last_step = -1
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        m = self.lag + 1
+        self._us = deque(state["us"], maxlen=m)
+        self._gs = deque(state["gs"], maxlen=m)
+        self._ss = deque(state["ss"], maxlen=m)
 
     def _step(self, loss: float, grad: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
@@ -92,38 +99,48 @@ class LossGradCoupling(Detector):
         u = math.log(loss)
         g = math.log(grad)
         if self._n == 0:
-            self._uf = self._us = u
-            self._gf = self._gs = g
+            self._u, self._g = u, g
         else:
-            self._uf = self._fa * u + self._fb * self._uf
-            self._us = self._sa * u + self._sb * self._us
-            self._gf = self._fa * g + self._fb * self._gf
-            self._gs = self._sa * g + self._sb * self._gs
+            self._u = self._a * u + self._b * self._u
+            self._g = self._a * g + self._b * self._g
         self._n += 1
-        dg = self._gf - self._gs
-        if abs(dg) < _LN10:
-            self._onset = step
-        if self._cooldown_left:
-            self._cooldown_left -= 1
+        self._us.append(self._u)
+        self._gs.append(self._g)
+        self._ss.append(step)
+        if len(self._gs) <= self.lag:
             return None
-        if self._n <= self.warmup or abs(dg) < self._gap:
+        dg = self._g - self._gs[0]
+        if abs(dg) < self._gap:
+            self._armed = True
             return None
-        falling = self._uf - self._us <= self._ltol
+        if not self._armed:
+            return None
+        du = self._u - self._us[0]
+        falling = du <= self._ltol
         if not falling and dg > 0:
             return None
+        return self._event(step, dg, du, falling)
+
+    def _event(self, step: int, dg: float, du: float, falling: bool) -> Event:
+        self._armed = False
+        g0 = self._gs[0]
+        onset = step
+        for gv, sv in zip(self._gs, self._ss):
+            if abs(gv - g0) >= 0.25 * _LN10:
+                onset = sv
+                break
         kind = Kind.SILENT_COLLAPSE if falling else Kind.VANISHING_GRADIENT
-        self._cooldown_left = self.cooldown
+        factor = math.exp(abs(dg))
+        trend = (f"the loss still fell {-100 * math.expm1(du):.2g}%" if du < 0 else
+                 f"the loss changed {100 * math.expm1(du):+.2g}%")
         moved = "collapsed" if dg < 0 else "exploded"
-        trend = "keeps falling" if falling else "stopped falling"
-        msg = (f"grad_norm {moved} {10 ** (abs(dg) / _LN10):.3g}x below its slow level "
-               f"({math.exp(self._gf):.3g} vs {math.exp(self._gs):.3g}) while the loss {trend}"
-               if dg < 0 else
-               f"grad_norm exploded {10 ** (dg / _LN10):.3g}x above its slow level while the loss {trend}")
-        return make_event(kind, "warning", step, self._onset, type(self).__name__, "grad_norm",
+        msg = (f"grad_norm {moved} {factor:.3g}x in {self.lag} steps (since step {onset}) while {trend}: "
+               + ("loss and gradients have decoupled" if falling else "the gradients are dying"))
+        return make_event(kind, "warning", step, onset, type(self).__name__, "grad_norm",
                           abs(dg) / _LN10, self.orders, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if self._n <= self.warmup or self._cooldown_left:
+        if len(self._gs) <= self.lag:
             return 0
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.log(arrays[0][i:j])
@@ -131,32 +148,24 @@ class LossGradCoupling(Detector):
         lim = first_true(~(np.isfinite(u) & np.isfinite(g)))
         if lim == 0:
             return 0
-        u, g = u[:lim], g[:lim]
-        gf = ewma(g, self._fa, self._fb, self._gf)
-        gs = ewma(g, self._sa, self._sb, self._gs)
-        dg = gf - gs
+        uu = ewma(u[:lim], self._a, self._b, self._u)
+        gg = ewma(g[:lim], self._a, self._b, self._g)
+        gext = np.concatenate((np.asarray(self._gs), gg))
+        dg = gg - gext[1:lim + 1]  # the ring holds lag+1 levels: index c+1 is lag values back
         big = np.abs(dg) >= self._gap
         k = lim
-        uf: np.ndarray | None = None
-        us: np.ndarray | None = None
-        if big.any():
-            uf = ewma(u, self._fa, self._fb, self._uf)
-            us = ewma(u, self._sa, self._sb, self._us)
-            falling = uf - us <= self._ltol
+        if not self._armed:  # disarmed: the next thing to happen is the re-arm
+            k = first_true(~big)
+        elif big.any():
+            uext = np.concatenate((np.asarray(self._us), uu))
+            falling = uu - uext[1:lim + 1] <= self._ltol
             k = first_true(big & (falling | (dg < 0)))
         if k:
-            if uf is None:
-                uf = ewma(u[:k], self._fa, self._fb, self._uf)
-                us = ewma(u[:k], self._sa, self._sb, self._us)
-            assert us is not None
-            self._uf, self._us = float(uf[k - 1]), float(us[k - 1])
-            self._gf, self._gs = float(gf[k - 1]), float(gs[k - 1])
-            near = np.flatnonzero(np.abs(dg[:k]) < _LN10)
-            if len(near):
-                self._onset = int(steps[i + near[-1]])
+            self._u, self._g = float(uu[k - 1]), float(gg[k - 1])
+            m = self.lag + 1
+            self._us.extend(uu[max(0, k - m):k].tolist())
+            self._gs.extend(gg[max(0, k - m):k].tolist())
+            self._ss.extend(steps[i + max(0, k - m):i + k].tolist())
             self._n += k
             self._last_step = int(steps[i + k - 1])
         return k
-
-
-_LN10 = math.log(10.0)
