@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args(argv)
 
-    import trainsignals as ts
     from river.drift import ADWIN, PageHinkley
+
+    import trainsignals as ts
 
     loss, grad = healthy(args.stream)
     xs, gs = loss.tolist(), grad.tolist()

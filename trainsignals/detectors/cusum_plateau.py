@@ -19,15 +19,18 @@ class CUSUMPlateau(Detector):
     """Flags a stall: no new best loss for ``patience`` values while the run has stopped moving.
 
     On ``y = log(loss)`` the detector keeps a smoothed level ``s`` (EWMA, weight ``alpha``),
-    its running best ``b = min(s)`` (the cumulative-minimum form of a one-sided CUSUM of
-    improvements) and a noise scale ``noise`` (EWMA, weight ``noise_alpha``, of ``|y - s|``).
+    its running best ``b`` (the cumulative-minimum form of a one-sided CUSUM of improvements,
+    taken over ``max(s[t-hold+1..t])`` so that a new best must hold for ``hold`` values: a
+    heavy-tailed dip of the loss does not count as progress) and a noise scale ``noise`` (EWMA, weight ``noise_alpha``, of ``|y - s|``).
     With ``delta = max(min_delta, delta_mult * noise * sqrt(alpha / (2 - alpha)))`` (the noise
     of ``s``), the loss is on a *plateau* when the best improved by less than ``delta`` over
     the last ``patience`` values. The detector fires on a plateau when
 
     * the run is **stuck**: its grad norm (optional second input; ``nan`` when unknown) fell
       at least ``stuck_decades`` decades (fast EWMA of ``log10(grad_norm)``, weight ``alpha``,
-      now vs ``2 * patience`` values ago, before the plateau began) — tiny updates;
+      now vs ``2 * patience`` values ago, before the plateau began) — tiny updates. If it
+      fell ``collapse_decades`` or more, a window bringing less than ``slowdown`` of the
+      previous window's progress counts as a plateau too (the loss may still creep down);
     * or, when no grad norm is known, progress stopped **abruptly**: the best improved by at
       least ``progress_mult * delta`` over the ``patience`` values before the plateau;
     * or the loss never improved by ``delta`` since the first value (stuck from the start).
@@ -46,6 +49,11 @@ class CUSUMPlateau(Detector):
     Args:
         patience: values without improvement before a stall, >= 2.
         stuck_decades: fall of the grad norm over the window that counts as stuck, > 0.
+        slowdown: with a collapsed grad norm, a window that brings less than this fraction of
+            the previous window's progress is a plateau too, in [0, 1) (0: off).
+        collapse_decades: grad-norm fall that counts as collapsed, >= stuck_decades.
+        hold: a new best must hold for this many values (running min of the rolling max of
+            the smoothed level), so a heavy-tailed dip does not reset the plateau, >= 1.
         alpha: smoothing weight of the level, in (0, 1).
         noise_alpha: weight of the noise scale, in (0, 1).
         delta_mult: smallest improvement, in noise scales of the smoothed level, >= 0.
@@ -61,17 +69,20 @@ class CUSUMPlateau(Detector):
         >>> t = np.minimum(np.arange(600), 300)
         >>> loss = 3.0 * np.exp(-t / 150) * np.exp(rng.normal(0, 0.02, 600))
         >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss, np.full(600, np.nan))]
-        [(382, 322)]
+        [(390, 330)]
     """
 
     signals = ("loss", "grad_norm")
-    _state_keys = ("n", "s", "noise", "best", "first", "hist", "shist", "g", "ghist", "armed", "alarm_best",
-                   "last_step")
+    _state_keys = ("n", "s", "recent", "noise", "best", "first", "hist", "shist", "g", "ghist", "armed",
+                   "alarm_best", "last_step")
 
     def __init__(
         self,
         patience: int = 200,
         stuck_decades: float = 0.4,
+        slowdown: float = 0.25,
+        collapse_decades: float = 1.0,
+        hold: int = 10,
         alpha: float = 0.1,
         noise_alpha: float = 0.02,
         delta_mult: float = 1.0,
@@ -81,6 +92,9 @@ class CUSUMPlateau(Detector):
     ) -> None:
         check_range("patience", patience, 2, None, integer=True)
         check_range("stuck_decades", stuck_decades, 0, None, lo_open=True)
+        check_range("slowdown", slowdown, 0, 1, hi_open=True)
+        check_range("hold", hold, 1, None, integer=True)
+        check_range("collapse_decades", collapse_decades, stuck_decades, None)
         check_range("alpha", alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("noise_alpha", noise_alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("delta_mult", delta_mult, 0, None)
@@ -88,6 +102,9 @@ class CUSUMPlateau(Detector):
         check_range("min_delta", min_delta, 0, None, lo_open=True)
         self.patience = patience
         self.stuck_decades = stuck_decades
+        self.slowdown = slowdown
+        self.hold = hold
+        self.collapse_decades = collapse_decades
         self.alpha = alpha
         self.noise_alpha = noise_alpha
         self.delta_mult = delta_mult
@@ -103,6 +120,7 @@ class CUSUMPlateau(Detector):
     def _reset(self) -> None:
         self._n = 0
         self._s = 0.0
+        self._recent: deque[float] = deque(maxlen=self.hold)
         self._noise = 0.0
         self._best = 0.0
         self._first = 0.0
@@ -119,19 +137,23 @@ class CUSUMPlateau(Detector):
         self._hist = deque(state["hist"], maxlen=2 * self.patience + 1)
         self._shist = deque(state["shist"], maxlen=2 * self.patience + 1)
         self._ghist = deque(state["ghist"], maxlen=2 * self.patience + 1)
+        self._recent = deque(state["recent"], maxlen=self.hold)
 
     def _delta(self, noise: float) -> float:
         return max(self.min_delta, self._dscale * noise)
 
     def _decide(self, best: float, mid: float, old: float, delta: float, g: float | None,
                 g_then: float | None) -> bool:
-        if mid - best >= delta:
-            return False
-        if self._first - best < delta:
+        gain = mid - best
+        if gain < delta and self._first - best < delta:
             return True
         if g is not None:
-            return g_then is not None and g_then - g >= self._stuck
-        return old - mid >= self.progress_mult * delta
+            if g_then is None:
+                return False
+            fell = g_then - g
+            return (fell >= self._stuck and gain < delta) or (
+                fell >= self.collapse_decades and gain < self.slowdown * (old - mid))
+        return gain < delta and old - mid >= self.progress_mult * delta
 
     def _step(self, x: float, grad: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
@@ -145,12 +167,15 @@ class CUSUMPlateau(Detector):
             self._s = y
             self._best = y
             self._first = y
+            self._recent.append(y)
         else:
             r = abs(y - self._s)
             self._noise = r if self._n == 1 else self._na * r + self._nb * self._noise
             self._s = self._a * y + self._b * self._s
-            if self._s < self._best:
-                self._best = self._s
+            self._recent.append(self._s)
+            top = max(self._recent)
+            if top < self._best:
+                self._best = top
         self._n += 1
         hist = self._hist
         hist.append(self._best)
@@ -189,7 +214,7 @@ class CUSUMPlateau(Detector):
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         p = self.patience
-        if len(self._hist) < 2 * p + 1 or self._n < 2:
+        if len(self._hist) < 2 * p + 1 or self._n < 2 or len(self._recent) < self.hold:
             return 0
         x = arrays[0][i:j]
         gr = arrays[1][i:j]
@@ -209,7 +234,9 @@ class CUSUMPlateau(Detector):
         s = ewma(y, self._a, self._b, self._s)
         sp = shifted(s, self._s)
         noise = ewma(np.abs(y - sp), self._na, self._nb, self._noise)
-        best = np.minimum.accumulate(np.minimum(s, self._best))
+        sext = np.concatenate((np.asarray(self._recent), s))
+        top = np.lib.stride_tricks.sliding_window_view(sext, self.hold).max(axis=1)[1:]
+        best = np.minimum.accumulate(np.minimum(top, self._best))
         ext = np.concatenate((np.asarray(self._hist), best))
         q = np.arange(2 * p + 1, 2 * p + 1 + lim)
         mid = ext[q - p]
@@ -221,18 +248,21 @@ class CUSUMPlateau(Detector):
             prev = np.array([np.nan if v is None else v for v in self._ghist], dtype=np.float64)
             g_then = np.concatenate((prev, g))[1:lim + 1]  # the level 2p values back
         if self._armed:
-            plateau = mid - best < delta
+            gain = mid - best
+            fire = (gain < delta) & (self._first - best < delta)
             if g is not None:
                 with np.errstate(invalid="ignore"):
-                    evidence = g_then - g >= self._stuck
+                    fell = g_then - g
+                    fire |= ((fell >= self._stuck) & (gain < delta)) | (
+                        (fell >= self.collapse_decades) & (gain < self.slowdown * (old - mid)))
             else:
-                evidence = old - mid >= self.progress_mult * delta
-            fire = plateau & ((self._first - best < delta) | evidence)
+                fire |= (gain < delta) & (old - mid >= self.progress_mult * delta)
         else:  # the only thing that can happen while disarmed: the best improves and re-arms
             fire = best < self._alarm_best - delta
         k = first_true(fire)
         if k:
             self._s = float(s[k - 1])
+            self._recent.extend(s[max(0, k - self.hold):k].tolist())
             self._noise = float(noise[k - 1])
             self._best = float(best[k - 1])
             self._n += k

@@ -63,8 +63,10 @@ class Oscillation(Detector):
     * at least ``frac`` of the log-loss residuals exceed ``spread`` times the run's usual
       residual noise — measured the same way on the window ``3 * window`` values earlier
       (robustly: 1.4826 x median absolute residual, so correlated or heavy-tailed noise sets
-      its own scale) — or ``frac / 2`` of them while ``frac`` of the log grad-norm residuals
-      do (the grad norm spikes and collapses repeatedly); a lone spike is one or two values;
+      its own scale); when the grad norm is known, its residuals must swing too, measured
+      the same way: ``frac`` of one and ``frac / 2`` of the other (the grad norm spikes and
+      collapses repeatedly, the signature of a too-high learning rate); a lone spike is one or
+      two values;
     * the line's rise over the window is at most ``efficiency`` times the residuals' 10-90 %
       range: no net progress (a divergence or a fast descent moves).
 
@@ -168,7 +170,11 @@ class Oscillation(Detector):
         gref = _residuals(gs[:w])[0]
         if gref:
             fg = _frac_out(_residuals(gs[-w:])[0], self.spread * _scale(gref))
-        if not (fl >= self.frac or (fl >= 0.5 * self.frac and fg >= self.frac)):
+        if gref:  # with a grad norm, both must swing (the grad norm spikes and collapses too)
+            ok = (fl >= self.frac and fg >= 0.5 * self.frac) or (fl >= 0.5 * self.frac and fg >= self.frac)
+        else:
+            ok = fl >= self.frac
+        if not ok:
             return False, fl, fg
         return abs(rise) <= self.efficiency * _spread(res), fl, fg
 

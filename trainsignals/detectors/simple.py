@@ -207,7 +207,7 @@ class UpdateRatioBand(Detector):
     _state_keys = ("n", "level", "ref", "lr_peak", "side", "onset", "last_step")
 
     def __init__(self, low: float = 1e-6, soft_low: float = 1e-5, high: float = 3e-2, drop: float = 1.5,
-                 lr_explains: float = 0.01, alpha: float = 0.3, ref_alpha: float = 0.01, warmup: int = 10,
+                 lr_explains: float = 0.05, alpha: float = 0.3, ref_alpha: float = 0.01, warmup: int = 10,
                  signal: str = "update_ratio") -> None:
         check_range("low", low, 0, None, lo_open=True)
         check_range("soft_low", soft_low, low, None)

@@ -11,24 +11,35 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, to_float, to_step
 from ._base import Detector
 from ._ops import ewma
+from .slope_divergence import window_trend
 
 
 class TrainValGap(Detector):
     """Flags overfitting, with early-stopping semantics: remembers the best validation step.
 
     Train loss arrives every step, validation loss every N steps; either may be missing.
-    The detector keeps an EWMA (weight ``alpha``) of ``log(train loss)``. At each validation it
-    tracks the best ``log(val_loss)``; a validation that does not beat the best by
-    ``log(1 + min_delta)`` counts toward ``patience``. It fires when ``patience`` validations
-    in a row failed to improve, the latest is at least ``log(1 + min_rise)`` above the best
-    (it is rising, not just flat), and the smoothed train loss is at or below its value at
-    the best validation (train still falling). ``onset_step`` and :attr:`best_step` are the
-    step of the best validation: the checkpoint to restore. Fires once per new best.
+    The detector keeps an EWMA (weight ``alpha``) of ``log(train loss)`` and, at each
+    validation, the best ``log(val_loss)``; a validation that does not beat the best by
+    ``log(1 + min_delta)`` counts toward ``patience``. It fires when
+
+    * ``patience`` validations in a row failed to improve;
+    * since the best, validation loss climbs *steadily*: the least-squares slope of
+      ``log(val_loss)`` over the validations since the best (the latest ``max_window`` of
+      them) has t-statistic ``>= threshold`` — a noisy flat validation curve does not — and
+      the latest is at least ``min_rise`` (relative) above the best;
+    * the smoothed train loss fell at least ``min_train_fall`` (relative) since the best
+      validation (train still falling; both rising is a divergence, not overfitting).
+
+    ``onset_step`` and :attr:`best_step` are the step of the best validation: the checkpoint
+    to restore. Fires once per new best.
 
     Args:
-        patience: validations without improvement, >= 1.
+        patience: validations without improvement, >= 2.
         min_delta: relative improvement that counts as a new best, >= 0.
         min_rise: relative rise above the best that counts as rising, >= 0.
+        threshold: t-statistic of the validation slope that counts as a climb, > 0.
+        max_window: most validations in the trend, >= patience + 1.
+        min_train_fall: relative fall of the train loss since the best validation, in [0, 1).
         alpha: EWMA weight of the train loss, in (0, 1].
 
     Example:
@@ -40,21 +51,29 @@ class TrainValGap(Detector):
     """
 
     signals = ("loss", "val_loss")
-    _state_keys = ("n", "train", "best", "best_step", "best_train", "bad", "fired", "last_step")
+    _state_keys = ("n", "train", "best", "best_step", "best_train", "bad", "fired", "since", "last_step")
 
     def __init__(self, patience: int = 3, min_delta: float = 1e-3, min_rise: float = 0.02,
+                 threshold: float = 3.0, max_window: int = 8, min_train_fall: float = 0.01,
                  alpha: float = 0.05) -> None:
-        check_range("patience", patience, 1, None, integer=True)
+        check_range("patience", patience, 2, None, integer=True)
         check_range("min_delta", min_delta, 0, None)
         check_range("min_rise", min_rise, 0, None)
+        check_range("threshold", threshold, 0, None, lo_open=True)
+        check_range("max_window", max_window, patience + 1, None, integer=True)
+        check_range("min_train_fall", min_train_fall, 0, 1, hi_open=True)
         check_range("alpha", alpha, 0, 1, lo_open=True)
         self.patience = patience
         self.min_delta = min_delta
         self.min_rise = min_rise
+        self.threshold = threshold
+        self.max_window = max_window
+        self.min_train_fall = min_train_fall
         self.alpha = alpha
         self._a, self._b = float(alpha), 1.0 - float(alpha)
         self._ld = math.log1p(min_delta)
         self._lr = math.log1p(min_rise)
+        self._tf = -math.log1p(-min_train_fall)
         self._reset()
 
     def _reset(self) -> None:
@@ -65,6 +84,7 @@ class TrainValGap(Detector):
         self._best_train: float | None = None
         self._bad = 0
         self._fired = False
+        self._since: list[float] = []
         self._last_step = -1
 
     @property
@@ -101,11 +121,17 @@ class TrainValGap(Detector):
             self._best_train = self._train
             self._bad = 0
             self._fired = False
+            self._since = [v]
             return None
         self._bad += 1
+        self._since.append(v)
+        if len(self._since) > self.max_window:
+            del self._since[0]
         if self._fired or self._bad < self.patience or v - self._best < self._lr:
             return None
-        if self._train is None or self._best_train is None or self._train > self._best_train:
+        if self._train is None or self._best_train is None or self._train > self._best_train - self._tf:
+            return None
+        if window_trend(self._since)[1] < self.threshold:
             return None
         self._fired = True
         rise = math.expm1(v - self._best) * 100

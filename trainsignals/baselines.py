@@ -1,0 +1,541 @@
+"""What users watch their runs with today, re-implemented as honest streaming baselines.
+
+Each baseline re-implements the *documented* semantics of a tool people already use to
+guard a training run, and streams through a labeled curve one value at a time, in order,
+as the tool would see it during training. The bench (:mod:`trainsignals.bench`) scores
+them on the same labeled suites as trainsignals' own detectors.
+
+A baseline has a ``name``, ``reset()`` and ``run(curve) -> list[Alarm]``. ``run`` accepts
+any object with the attributes it needs (``steps``, ``loss``, ``grad_norm``,
+``val_steps``/``val_loss``); a missing attribute means the tool has nothing to watch and
+raises no alarm. Each :class:`Alarm` carries the :class:`~trainsignals.Kind` value that the
+tool's semantics imply, so right-kind detection can be scored:
+
+* :class:`NaNStop` (Keras ``TerminateOnNaN``) watches the loss: ``nonfinite``;
+* :class:`LightningEarlyStopping` watches the train or validation loss: ``nonfinite``,
+  ``divergence``, and ``stall`` (train loss) or ``overfitting`` (validation loss);
+* :class:`RiverPageHinkley` and :class:`RiverADWIN` watch the finite train loss:
+  ``divergence`` (level up) or ``stall`` (level down);
+* :class:`ZClip` watches the gradient norm: ``grad_explosion``.
+
+The river baselines need the optional ``river`` package (``pip install trainsignals[baselines]``);
+it is imported when such a baseline is first run, never by ``import trainsignals``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from trainsignals._validate import check_choice, check_range
+
+__all__ = [
+    "Alarm",
+    "Baseline",
+    "LightningEarlyStopping",
+    "NaNStop",
+    "RiverADWIN",
+    "RiverPageHinkley",
+    "ZClip",
+    "default_baselines",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    """One alarm raised by a baseline (or a normalised detector event in the bench).
+
+    Attributes:
+        step: The step at which the alarm was raised.
+        kind: The failure kind implied by the tool's semantics (a ``Kind`` value string).
+        onset_step: The step the tool says the failure began, where it says one
+            (trainsignals events do; the baselines do not, and leave ``None``).
+    """
+
+    step: int
+    kind: str
+    onset_step: int | None = None
+
+    def __repr__(self) -> str:
+        extra = "" if self.onset_step is None else f", onset_step={self.onset_step}"
+        return f"Alarm(step={self.step}, kind={self.kind!r}{extra})"
+
+
+@runtime_checkable
+class Baseline(Protocol):
+    """The protocol every baseline follows."""
+
+    name: str
+
+    def reset(self) -> None:
+        """Forget everything seen so far."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Stream through ``curve`` in step order and return the alarms raised."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _series(curve: Any, attr: str) -> np.ndarray | None:
+    values = getattr(curve, attr, None)
+    if values is None:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    return arr if arr.size else None
+
+
+def _steps(curve: Any, n: int) -> list[int]:
+    steps = getattr(curve, "steps", None)
+    if steps is None:
+        return list(range(n))
+    return [int(s) for s in np.asarray(steps)[:n]]
+
+
+def _stream(curve: Any, attr: str) -> Iterator[tuple[int, float]]:
+    """Yield ``(step, value)`` of a dense per-step signal, in order."""
+    values = _series(curve, attr)
+    if values is None:
+        return iter(())
+    return zip(_steps(curve, len(values)), values.tolist(), strict=False)
+
+
+def _finite_first(values: np.ndarray | None) -> float | None:
+    if values is None:
+        return None
+    finite = values[np.isfinite(values)]
+    return float(finite[0]) if finite.size else None
+
+
+# --------------------------------------------------------------------------- NaN stop
+
+
+class NaNStop:
+    """Keras ``TerminateOnNaN``: stop at the first batch whose loss is NaN or Inf.
+
+    Keras documents the callback as terminating training when a NaN loss is
+    encountered; it checks the batch loss at the end of every batch with
+    ``isnan or isinf``. Here: the first step whose loss is not finite raises
+    ``Alarm(step, "nonfinite")`` and the run stops (nothing later is seen).
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> run = SimpleNamespace(loss=np.array([2.0, 1.5, np.nan, 1.0, np.inf]))
+        >>> NaNStop().run(run)
+        [Alarm(step=2, kind='nonfinite')]
+    """
+
+    def __init__(self, name: str = "nan-stop") -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"NaNStop(name={self.name!r})"
+
+    def reset(self) -> None:
+        """Stateless between runs; nothing to forget."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Stream the loss; alarm and stop at the first non-finite value."""
+        for step, x in _stream(curve, "loss"):
+            if not math.isfinite(x):
+                return [Alarm(step, "nonfinite")]
+        return []
+
+
+# --------------------------------------------------------------------------- Lightning
+
+
+class LightningEarlyStopping:
+    """PyTorch Lightning ``EarlyStopping``, checked at its usual cadence.
+
+    Lightning documents ``EarlyStopping(monitor, min_delta=0.0, patience=3, mode="min",
+    check_finite=True, stopping_threshold=None, divergence_threshold=None)``. At each
+    check, with the monitored value ``v`` (mode ``"min"``; ``"max"`` mirrors it), the
+    first rule that applies decides:
+
+    1. ``check_finite`` and ``v`` is NaN/Inf: stop -> ``Alarm(step, "nonfinite")``.
+    2. ``stopping_threshold`` is set and ``v < stopping_threshold``: stop because the
+       run is good enough. That is success, not a failure: no alarm, the run just stops.
+    3. ``divergence_threshold`` is set and ``v > divergence_threshold``: stop ->
+       ``Alarm(step, "divergence")``.
+    4. ``v < best - min_delta`` (an improvement by more than ``min_delta``; the best
+       starts at +inf): ``best = v`` and the wait count goes back to 0.
+    5. otherwise the wait count grows by one; when it reaches ``patience``: stop ->
+       ``Alarm(step, "stall")`` when monitoring the train loss, ``"overfitting"`` when
+       monitoring the validation loss.
+
+    After a stop nothing more is seen, so a run yields at most one alarm.
+
+    Cadence: ``patience`` counts *checks*, not steps. With ``monitor="val_loss"`` a
+    check happens at every validation step of the curve. With ``monitor="loss"`` a check
+    happens every ``check_every`` steps (after steps ``check_every - 1``,
+    ``2 * check_every - 1``...), as when the callback runs at validation end, and sees
+    the train loss logged at that step (``self.log`` in ``training_step`` defaults to
+    ``on_step=True``, so the callback reads the latest value).
+
+    ``divergence_factor`` is a bench convenience, not a Lightning parameter: when set,
+    ``divergence_threshold`` becomes ``divergence_factor`` times the first finite value
+    of the monitored series, standing in for a user who knows the scale of their initial
+    loss and writes down an absolute threshold. Both cannot be given.
+
+    Args:
+        monitor: ``"loss"`` (train loss) or ``"val_loss"``.
+        patience: Checks without improvement before stopping (>= 1).
+        min_delta: Minimum improvement (>= 0) for a check to count as one.
+        check_finite: Stop on a non-finite monitored value.
+        divergence_threshold: Stop when the value is worse than this.
+        stopping_threshold: Stop (without alarm) when the value is better than this.
+        mode: ``"min"`` or ``"max"``.
+        check_every: Steps between checks of the train loss (``monitor="loss"`` only).
+        divergence_factor: See above.
+        name: Display name; defaults to ``"lightning-es(<monitor>)"``.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> run = SimpleNamespace(val_steps=np.array([0, 10, 20, 30, 40, 50]),
+        ...                       val_loss=np.array([1.0, 0.8, 0.9, 0.85, 0.82, 0.7]))
+        >>> LightningEarlyStopping(monitor="val_loss", patience=3).run(run)
+        [Alarm(step=40, kind='overfitting')]
+    """
+
+    def __init__(
+        self,
+        monitor: str = "val_loss",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        check_finite: bool = True,
+        divergence_threshold: float | None = None,
+        stopping_threshold: float | None = None,
+        mode: str = "min",
+        check_every: int = 50,
+        divergence_factor: float | None = None,
+        name: str | None = None,
+    ) -> None:
+        check_choice("monitor", monitor, ("loss", "val_loss"))
+        check_choice("mode", mode, ("min", "max"))
+        check_range("patience", patience, lo=1, integer=True)
+        check_range("min_delta", min_delta, lo=0.0)
+        check_range("check_every", check_every, lo=1, integer=True)
+        if divergence_threshold is not None:
+            check_range("divergence_threshold", divergence_threshold)
+        if stopping_threshold is not None:
+            check_range("stopping_threshold", stopping_threshold)
+        if divergence_factor is not None:
+            check_range("divergence_factor", divergence_factor, lo=0.0, lo_open=True)
+            if divergence_threshold is not None:
+                raise ValueError(
+                    "divergence_factor and divergence_threshold are exclusive, got "
+                    f"{divergence_factor!r} and {divergence_threshold!r}"
+                )
+        self.monitor = monitor
+        self.patience = int(patience)
+        self.min_delta = float(min_delta)
+        self.check_finite = bool(check_finite)
+        self.divergence_threshold = divergence_threshold
+        self.stopping_threshold = stopping_threshold
+        self.mode = mode
+        self.check_every = int(check_every)
+        self.divergence_factor = divergence_factor
+        self.name = name or f"lightning-es({monitor})"
+
+    def __repr__(self) -> str:
+        return (
+            f"LightningEarlyStopping(monitor={self.monitor!r}, patience={self.patience}, "
+            f"min_delta={self.min_delta}, check_finite={self.check_finite}, "
+            f"divergence_threshold={self.divergence_threshold}, "
+            f"stopping_threshold={self.stopping_threshold}, mode={self.mode!r}, "
+            f"check_every={self.check_every}, divergence_factor={self.divergence_factor})"
+        )
+
+    def reset(self) -> None:
+        """Stateless between runs (the state of one run lives in :meth:`run`)."""
+
+    def _checks(self, curve: Any) -> tuple[list[tuple[int, float]], float | None]:
+        """The (step, value) pairs the callback sees, and the first finite value."""
+        if self.monitor == "val_loss":
+            values = _series(curve, "val_loss")
+            if values is None:
+                return [], None
+            steps = getattr(curve, "val_steps", None)
+            step_list = list(range(len(values))) if steps is None else [int(s) for s in steps]
+            return list(zip(step_list, values.tolist(), strict=False)), _finite_first(values)
+        values = _series(curve, "loss")
+        if values is None:
+            return [], None
+        k = self.check_every
+        checks = [(s, x) for s, x in _stream(curve, "loss") if (s + 1) % k == 0]
+        return checks, _finite_first(values)
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Evaluate the stopping criteria at every check; alarm on the stopping one."""
+        checks, first = self._checks(curve)
+        div = self.divergence_threshold
+        if self.divergence_factor is not None and first is not None:
+            div = self.divergence_factor * first
+        sign = 1.0 if self.mode == "min" else -1.0  # compare sign * v, smaller is better
+        stop_at = None if self.stopping_threshold is None else sign * self.stopping_threshold
+        div_at = None if div is None else sign * div
+        patience_kind = "stall" if self.monitor == "loss" else "overfitting"
+        best = math.inf
+        wait = 0
+        for step, v in checks:
+            if self.check_finite and not math.isfinite(v):
+                return [Alarm(step, "nonfinite")]
+            x = sign * v
+            if stop_at is not None and x < stop_at:
+                return []
+            if div_at is not None and x > div_at:
+                return [Alarm(step, "divergence")]
+            if x < best - self.min_delta:
+                best = x
+                wait = 0
+            else:
+                wait += 1
+                if wait >= self.patience:
+                    return [Alarm(step, patience_kind)]
+        return []
+
+
+# --------------------------------------------------------------------------- river
+
+
+class _RiverDrift:
+    """Shared streaming loop for river's drift detectors fed the finite train loss.
+
+    Every drift raises one alarm, and the detector carries on (river resets itself on
+    the next update). The kind: compare the mean of the last ``recent`` finite values
+    (the level after the drift) with the mean of the values since the previous drift
+    (or the start), excluding those last ones (the level before); ``"divergence"`` if
+    the level went up, ``"stall"`` otherwise. A drift detector says that the level
+    changed, not why; a rising loss is the signature of divergence, and a level change
+    downward is the nearest thing a level detector offers to a plateau.
+    """
+
+    recent = 10
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _make(self) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Stateless between runs (a fresh river detector is built per run)."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Feed the finite loss values in order; one alarm per detected drift."""
+        det = self._make()
+        alarms: list[Alarm] = []
+        recent: deque[float] = deque(maxlen=self.recent)
+        seg_sum = 0.0
+        seg_n = 0
+        for step, x in _stream(curve, "loss"):
+            if not math.isfinite(x):
+                continue
+            det.update(x)
+            recent.append(x)
+            seg_sum += x
+            seg_n += 1
+            if det.drift_detected:
+                rec_sum = sum(recent)
+                after = rec_sum / len(recent)
+                n_before = seg_n - len(recent)
+                before = (seg_sum - rec_sum) / n_before if n_before > 0 else after
+                alarms.append(Alarm(step, "divergence" if after > before else "stall"))
+                recent.clear()
+                seg_sum = 0.0
+                seg_n = 0
+        return alarms
+
+
+class RiverPageHinkley(_RiverDrift):
+    """``river.drift.PageHinkley`` with its default parameters, fed the train loss.
+
+    river's Page-Hinkley test (defaults ``min_instances=30, delta=0.005,
+    threshold=50.0, alpha=0.9999, mode="both"``) accumulates the deviations of each
+    value from the running mean and signals a drift when the cumulative deviation
+    moves more than ``threshold`` away from its extreme, in either direction. Non-finite
+    losses are skipped (river's statistics cannot take them). Each drift is an alarm;
+    see the base class for the kind rule (``"divergence"`` if the level rose, else
+    ``"stall"``).
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> run = SimpleNamespace(loss=np.r_[np.full(100, 1.0), np.full(100, 11.0)])
+        >>> RiverPageHinkley().run(run)
+        [Alarm(step=105, kind='divergence')]
+    """
+
+    def __init__(self, name: str = "river-ph") -> None:
+        super().__init__(name)
+
+    def __repr__(self) -> str:
+        return f"RiverPageHinkley(name={self.name!r})"
+
+    def _make(self) -> Any:
+        from river.drift import PageHinkley
+
+        return PageHinkley()
+
+
+class RiverADWIN(_RiverDrift):
+    """``river.drift.ADWIN`` with its default parameters, fed the train loss.
+
+    river's ADaptive WINdowing (defaults ``delta=0.002, clock=32, max_buckets=5,
+    min_window_length=5, grace_period=10``) keeps a window of recent values and, every
+    ``clock`` values, drops its older part when two sub-windows have means that differ
+    more than a Hoeffding-style bound at confidence ``delta`` allows, signalling a drift.
+    Non-finite losses are skipped. Each drift is an alarm; see the base class for the
+    kind rule.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> run = SimpleNamespace(loss=np.r_[np.full(100, 1.0), np.full(100, 11.0)])
+        >>> RiverADWIN().run(run)
+        [Alarm(step=127, kind='divergence')]
+    """
+
+    def __init__(self, name: str = "river-adwin") -> None:
+        super().__init__(name)
+
+    def __repr__(self) -> str:
+        return f"RiverADWIN(name={self.name!r})"
+
+    def _make(self) -> Any:
+        from river.drift import ADWIN
+
+        return ADWIN()
+
+
+# --------------------------------------------------------------------------- ZClip
+
+
+class ZClip:
+    """ZClip-style EWMA z-score on the global gradient norm.
+
+    ZClip (adaptive gradient clipping for LLM pre-training) keeps an exponential moving
+    mean ``m`` and variance ``v`` of the gradient norm. The first ``warmup`` norms only
+    fill a buffer; then ``m`` and ``v`` start as that buffer's mean and (population)
+    variance. For every later norm ``g``:
+
+    * ``z = (g - m) / (sqrt(v) + eps)``; if ``z > z_thresh`` the norm is a spike:
+      ``Alarm(step, "grad_explosion")``, and (ZClip's default "adaptive scaling") it is
+      clipped to ``c = m + z_thresh * sqrt(v) / (z / z_thresh)``, a value that shrinks as
+      the spike grows, so a spike does not inflate the statistics it is measured against;
+    * the statistics then learn the effective value ``e`` (``c`` for a spike, ``g``
+      otherwise): ``m = alpha * m + (1 - alpha) * e``, then
+      ``v = alpha * v + (1 - alpha) * (e - m) ** 2`` with the updated ``m``.
+
+    Non-finite norms never touch the statistics; ``+inf`` (z = inf) raises an alarm after
+    the warm-up, NaN does not (a NaN z-score is never above a threshold).
+
+    Args:
+        alpha: EWMA decay in (0, 1) (0.97: each new value weighs 3 %).
+        z_thresh: z-score above which a norm is a spike (> 0).
+        warmup: Norms collected before the statistics start (>= 2).
+        eps: Added to the standard deviation (>= 0).
+        name: Display name.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> g = np.r_[np.tile([1.0, 1.2], 20), 120.0, 1.1]
+        >>> ZClip().run(SimpleNamespace(grad_norm=g))
+        [Alarm(step=40, kind='grad_explosion')]
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.97,
+        z_thresh: float = 2.5,
+        warmup: int = 25,
+        eps: float = 1e-6,
+        name: str = "zclip",
+    ) -> None:
+        check_range("alpha", alpha, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+        check_range("z_thresh", z_thresh, lo=0.0, lo_open=True)
+        check_range("warmup", warmup, lo=2, integer=True)
+        check_range("eps", eps, lo=0.0)
+        self.alpha = float(alpha)
+        self.z_thresh = float(z_thresh)
+        self.warmup = int(warmup)
+        self.eps = float(eps)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return (
+            f"ZClip(alpha={self.alpha}, z_thresh={self.z_thresh}, warmup={self.warmup}, "
+            f"eps={self.eps}, name={self.name!r})"
+        )
+
+    def reset(self) -> None:
+        """Stateless between runs (the state of one run lives in :meth:`run`)."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Stream the gradient norm; one alarm per spike (z > ``z_thresh``)."""
+        a, zt, eps = self.alpha, self.z_thresh, self.eps
+        alarms: list[Alarm] = []
+        buffer: list[float] = []
+        m = v = 0.0
+        ready = False
+        for step, g in _stream(curve, "grad_norm"):
+            if not ready:
+                if math.isfinite(g):
+                    buffer.append(g)
+                    if len(buffer) >= self.warmup:
+                        m = sum(buffer) / len(buffer)
+                        v = sum((b - m) ** 2 for b in buffer) / len(buffer)
+                        ready = True
+                continue
+            std = math.sqrt(v)
+            if not math.isfinite(g):
+                if g > 0:  # +inf: infinitely many standard deviations above the mean
+                    alarms.append(Alarm(step, "grad_explosion"))
+                continue
+            z = (g - m) / (std + eps)
+            if z > zt:
+                alarms.append(Alarm(step, "grad_explosion"))
+                g = m + zt * std / (z / zt)
+            m = a * m + (1.0 - a) * g
+            v = a * v + (1.0 - a) * (g - m) ** 2
+        return alarms
+
+
+# --------------------------------------------------------------------------- the bench set
+
+
+def default_baselines() -> list[Baseline]:
+    """The baseline configurations the bench compares against.
+
+    * ``nan-stop``: Keras ``TerminateOnNaN`` (no parameters).
+    * ``lightning-es(val_loss)``: ``EarlyStopping(monitor="val_loss")`` with Lightning's
+      defaults (patience 3, min_delta 0, check_finite): the configuration in Lightning's
+      own documentation, checked at every validation step.
+    * ``lightning-es(loss)``: ``EarlyStopping(monitor="loss", patience=3,
+      divergence_threshold=10 x initial loss)``, checked every 50 steps: the way users
+      guard the *train* loss against blow-ups; 10x the initial loss is far above any
+      healthy run's noise yet well before overflow, and 3 checks of 50 steps (150 steps
+      without a new best) is as patient as the stall rule in the failure-mode reference
+      for a run of ~1500 steps.
+    * ``river-ph`` and ``river-adwin``: river's ``PageHinkley`` and ``ADWIN`` with their
+      defaults on the train loss.
+    * ``zclip``: ZClip's published defaults (alpha 0.97, z 2.5, warm-up 25) on the grad
+      norm.
+    """
+    return [
+        NaNStop(),
+        LightningEarlyStopping(monitor="val_loss", patience=3),
+        LightningEarlyStopping(monitor="loss", patience=3, check_every=50, divergence_factor=10.0),
+        RiverPageHinkley(),
+        RiverADWIN(),
+        ZClip(),
+    ]

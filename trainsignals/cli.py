@@ -1,0 +1,80 @@
+"""The ``trainsignals`` command: demo, playground, bench, datasets."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(seed=args.seed, per_kind=args.per_kind)
+
+
+def _playground(args: argparse.Namespace) -> int:
+    from .playground import run_playground
+
+    if args.steps < 1:
+        raise SystemExit("--steps must be >= 1")
+    if not args.lr > 0:
+        raise SystemExit("--lr must be > 0")
+    return run_playground(args.lr, args.steps, args.sweep)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return int(bench.run_from_args(args))
+
+
+def _datasets(args: argparse.Namespace) -> int:
+    from . import curves
+
+    argv = ["build", "--seed", str(args.seed)]
+    if args.out:
+        argv += ["--out", args.out]
+    return int(curves.main(argv) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="trainsignals",
+        description="Watch a training run's vital signs and say early, with reasons, what goes wrong.",
+    )
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"trainsignals {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="generate labeled failure curves, run the Monitor, show what it found")
+    d.add_argument("--seed", type=int, default=0, help="seed of the generated curves (default 0)")
+    d.add_argument("--per-kind", type=int, default=1, help="curves per failure kind (default 1)")
+    d.set_defaults(func=_demo)
+
+    g = sub.add_parser("playground", help="gradient descent on (w - 3)**2 with a live status line")
+    g.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    g.add_argument("--steps", type=int, default=10, help="steps (default 10)")
+    g.add_argument("--sweep", action="store_true", help="learning-rate sweep (each rate 3x the last)")
+    g.set_defaults(func=_playground)
+
+    b = sub.add_parser("bench", help="score the detectors and the baselines on a labeled suite")
+    from . import bench
+
+    bench.add_arguments(b)
+    b.set_defaults(func=_bench)
+
+    s = sub.add_parser("datasets", help="regenerate the committed synthetic suite bit for bit")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default=None, help="output folder (default: datasets/synthetic)")
+    s.set_defaults(func=_datasets)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1333 @@
+"""Seeded generator of labeled training curves: healthy runs and the failures trainsignals names.
+
+Every curve is a whole synthetic training run, with the signals a real run logs: per-step loss,
+global gradient norm, learning rate and update ratio, per-layer gradient norms, validation loss
+every 25 to 100 steps and activation statistics every 10 steps. A failure curve starts as a
+healthy run and turns into its failure at ``onset_step``; everything else about it stays healthy.
+
+How a run is made (the same recipe for every curve; only its draws differ):
+
+* The learning rate follows a schedule (constant, warmup + cosine to zero or to a floor, step
+  decay, warm restarts, linear decay, inverse square root).
+* Training progress is the cumulative relative learning rate ``tau``; the log-loss decays from
+  the initial loss ``L0`` (0.05 .. 20) toward a floor as an exponential, a power law or a mix
+  of both in ``tau``, so the loss slows down when the rate decays and stops when it is zero.
+  Near the floor a higher learning rate costs a little loss (the "noise ball"), so the loss
+  dips at a step decay and rises a little at a warm restart.
+* The loss carries multiplicative Student-t noise (3 to 8 degrees of freedom, clipped at 6
+  scale units, scale 0.005 .. 0.08 in log space), a slow AR(1) wander and, in some runs, rare
+  one-step spikes of at most 1.3x.
+* Per-layer gradient norms share a decaying trend, a common noise term (correlated with the
+  loss noise: a bad batch moves both) and their own noise; the global norm is exactly the root
+  sum of squares of the layer norms.
+* The update ratio is ``u_peak * lr / peak_lr`` (``u_peak`` in 1.5e-4 .. 8e-4), lowered a
+  little as the weights grow and as the gradient norm falls, with its own noise; it follows
+  the learning rate down at the end of a decaying schedule.
+* Every value is a float32 number (as logged from float32 training) held in float64 arrays.
+
+Every curve is reproducible on its own: :func:`generate` seeds a PCG64 generator from
+``(seed, kind, difficulty)``.
+
+Example:
+    >>> c = generate("divergence", seed=7, difficulty="easy")
+    >>> c.name, c.kind, c.onset_step, c.total_steps, c.first_nonfinite_step
+    ('divergence-easy-7', 'divergence', 288, 618, 346)
+    >>> sorted(c.signals())
+    ['activations', 'grad_norm', 'layer_grad_norms', 'loss', 'lr', 'step', 'update_ratio', 'val_loss']
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._events import Kind
+
+__all__ = [
+    "DIFFICULTIES",
+    "HEALTHY",
+    "KINDS",
+    "Curve",
+    "default_directory",
+    "generate",
+    "load_suite",
+    "standard_suite",
+    "write_suite",
+]
+
+KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
+"""The failure kinds, the values of :class:`trainsignals.Kind`, in their order."""
+
+HEALTHY = "healthy"
+DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+
+FORMAT = "trainsignals-curves/1"
+_MANIFEST = "manifest.json"
+_MIN_STEPS = 400
+_MAX_STEPS = 2000
+
+
+# ------------------------------------------------------------------------------------ the curve
+
+
+@dataclass(frozen=True, eq=False)
+class Curve:
+    """One labeled training run: its signals, its failure kind and when the failure began.
+
+    Arrays are read-only. Non-finite values after a blow-up are real values of the run, not
+    missing ones.
+
+    Attributes:
+        name: Unique name, ``"{kind}-{difficulty}-{seed}"``.
+        kind: A :class:`trainsignals.Kind` value, or ``"healthy"``.
+        onset_step: Step at which the failure began; ``-1`` for a healthy run.
+        difficulty: ``"easy"``, ``"medium"`` or ``"hard"``.
+        seed: The seed given to :func:`generate`.
+        total_steps: Planned length of the run (``len(steps)``).
+        steps: ``0 .. total_steps - 1`` (int64).
+        loss: Training loss per step.
+        grad_norm: Global gradient norm per step (before clipping).
+        lr: Learning rate applied at each step.
+        update_ratio: Global ``||dw|| / ||w||`` per step.
+        val_steps: Steps at which validation ran (int64).
+        val_loss: Validation loss at ``val_steps``.
+        layer_names: Names of the layers whose gradient norms are logged.
+        layer_grad_norms: ``(total_steps, len(layer_names))`` per-layer gradient norms.
+        act_steps: Steps at which activation statistics were sampled (every 10 steps).
+        act_layer_names: Layers with activation statistics.
+        dead_frac: ``(len(act_steps), len(act_layer_names))`` fraction of ReLU outputs
+            exactly 0.
+        saturation: Same shape, fraction of tanh/sigmoid outputs at their limits.
+        first_nonfinite_step: First step where ``loss`` or ``grad_norm`` is not finite, ``-1``
+            if none.
+    """
+
+    name: str
+    kind: str
+    onset_step: int
+    difficulty: str
+    seed: int
+    total_steps: int
+    steps: np.ndarray
+    loss: np.ndarray
+    grad_norm: np.ndarray
+    lr: np.ndarray
+    update_ratio: np.ndarray
+    val_steps: np.ndarray
+    val_loss: np.ndarray
+    layer_names: tuple[str, ...]
+    layer_grad_norms: np.ndarray
+    act_steps: np.ndarray
+    act_layer_names: tuple[str, ...]
+    dead_frac: np.ndarray
+    saturation: np.ndarray
+    first_nonfinite_step: int
+
+    def __post_init__(self) -> None:
+        n = self.total_steps
+        for field_name in ("steps", "loss", "grad_norm", "lr", "update_ratio"):
+            arr = getattr(self, field_name)
+            if arr.shape != (n,):
+                raise ValueError(f"{field_name} must have shape ({n},), got {arr.shape}")
+        if self.layer_grad_norms.shape != (n, len(self.layer_names)):
+            raise ValueError(
+                f"layer_grad_norms must have shape ({n}, {len(self.layer_names)}), "
+                f"got {self.layer_grad_norms.shape}"
+            )
+        if self.val_loss.shape != self.val_steps.shape:
+            raise ValueError("val_loss and val_steps must have the same length")
+        shape = (len(self.act_steps), len(self.act_layer_names))
+        if self.dead_frac.shape != shape or self.saturation.shape != shape:
+            raise ValueError(f"dead_frac and saturation must have shape {shape}")
+        for field_name in (
+            "steps", "loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss",
+            "layer_grad_norms", "act_steps", "dead_frac", "saturation",
+        ):
+            getattr(self, field_name).setflags(write=False)
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the run is healthy (``kind == "healthy"``)."""
+        return self.kind == HEALTHY
+
+    def signals(self) -> dict[str, Any]:
+        """The keyword arguments of ``Monitor.scan`` for this run.
+
+        Returns:
+            ``{"step", "loss", "grad_norm", "lr", "update_ratio", "val_loss": (steps, values),
+            "layer_grad_norms": {layer: norms}, "activations": (steps, {layer: {"dead_frac":
+            ..., "saturation": ...}})}``.
+        """
+        return {
+            "step": self.steps,
+            "loss": self.loss,
+            "grad_norm": self.grad_norm,
+            "lr": self.lr,
+            "update_ratio": self.update_ratio,
+            "val_loss": (self.val_steps, self.val_loss),
+            "layer_grad_norms": {name: self.layer_grad_norms[:, j] for j, name in enumerate(self.layer_names)},
+            "activations": (
+                self.act_steps,
+                {
+                    name: {"dead_frac": self.dead_frac[:, j], "saturation": self.saturation[:, j]}
+                    for j, name in enumerate(self.act_layer_names)
+                },
+            ),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Curve(name={self.name!r}, kind={self.kind!r}, difficulty={self.difficulty!r}, "
+            f"onset_step={self.onset_step}, total_steps={self.total_steps}, "
+            f"first_nonfinite_step={self.first_nonfinite_step})"
+        )
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _rng(kind: str, seed: int, difficulty: str) -> np.random.Generator:
+    entropy = [seed, zlib.crc32(kind.encode()), DIFFICULTIES.index(difficulty)]
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
+
+
+def _u(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(rng.uniform(lo, hi))
+
+
+def _logu(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def _by(rng: np.random.Generator, difficulty: str, table: dict[str, tuple[float, float]], log: bool = False) -> float:
+    lo, hi = table[difficulty]
+    return _logu(rng, lo, hi) if log else _u(rng, lo, hi)
+
+
+def _ar1(rng: np.random.Generator, n: int, phi: float, sd: float) -> np.ndarray:
+    """A stationary AR(1) series with marginal standard deviation ``sd``."""
+    from scipy.signal import lfilter
+
+    e = rng.normal(0.0, sd * math.sqrt(1.0 - phi * phi), n)
+    x0 = rng.normal(0.0, sd)
+    out, _ = lfilter([1.0], [1.0, -phi], e, zi=[phi * x0])
+    return np.asarray(out)
+
+
+def _ema(x: np.ndarray, span: float) -> np.ndarray:
+    from scipy.signal import lfilter
+
+    a = 2.0 / (span + 1.0)
+    out, _ = lfilter([a], [1.0, -(1.0 - a)], x, zi=[(1.0 - a) * x[0]])
+    return np.asarray(out)
+
+
+def _tnoise(rng: np.random.Generator, df: float, n: int) -> np.ndarray:
+    return np.clip(rng.standard_t(df, n), -6.0, 6.0)
+
+
+def _decay(x: np.ndarray, shape: str, alpha: float, w: float) -> np.ndarray:
+    """Decay profile ``g(x)`` with ``g(0) = 1`` falling toward 0."""
+    e = np.exp(-x)
+    if shape == "exp":
+        return e
+    p = (1.0 + x) ** (-alpha)
+    if shape == "power":
+        return p
+    return w * e + (1.0 - w) * p
+
+
+def _solve_decay(target: float, shape: str, alpha: float, w: float) -> float:
+    """The ``x`` at which ``_decay(x) == target`` (bisection in log space)."""
+    lo, hi = -14.0, 14.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if _decay(np.array([math.exp(mid)]), shape, alpha, w)[0] > target:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(0.5 * (lo + hi))
+
+
+def _ramp(t: np.ndarray, start: int, length: float) -> np.ndarray:
+    """0 before ``start``, rising linearly to 1 over ``length`` steps, 1 after."""
+    return np.clip((t - start + 1) / max(length, 1.0), 0.0, 1.0) * (t >= start)
+
+
+def _smooth_ramp(t: np.ndarray, start: int, length: float) -> np.ndarray:
+    x = _ramp(t, start, length)
+    return x * x * (3.0 - 2.0 * x)
+
+
+_KEEP_BITS = 16  # mantissa bits kept: about 5 significant digits, as in a text log
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    """Round to float32 with the mantissa cut to ``_KEEP_BITS`` bits (round half up), as float64."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = np.asarray(x, dtype=np.float64).astype(np.float32)
+    bits = a.view(np.uint32).copy()
+    drop = 23 - _KEEP_BITS
+    fin = np.isfinite(a)
+    bits[fin] = (bits[fin] + np.uint32(1 << (drop - 1))) & np.uint32((0xFFFFFFFF >> drop) << drop)
+    return bits.view(np.float32).astype(np.float64)
+
+
+def _layer_names(rng: np.random.Generator, n_layers: int) -> tuple[str, ...]:
+    style = int(rng.integers(4))
+    if style == 0:
+        return tuple(f"fc{i + 1}" for i in range(n_layers))
+    if style == 1:
+        return tuple(f"conv{i + 1}" for i in range(n_layers - 1)) + ("fc",)
+    if style == 2:
+        return ("stem",) + tuple(f"layer{i + 1}" for i in range(n_layers - 2)) + ("fc",)
+    mids = tuple(f"blocks.{i // 2}.{'attn' if i % 2 == 0 else 'mlp'}" for i in range(n_layers - 2))
+    return ("embed",) + mids + ("head",)
+
+
+# ------------------------------------------------------------------------------------ schedules
+
+
+def _schedule(
+    rng: np.random.Generator, n: int, difficulty: str, healthy: bool, flat: bool
+) -> tuple[np.ndarray, float, str]:
+    """Draw a learning-rate schedule; returns ``(lr, peak, name)``."""
+    t = np.arange(n, dtype=np.float64)
+    peak = _logu(rng, 1e-5, 1e-1)
+    warm = int(_u(rng, 0.01, 0.08) * n) if rng.random() < 0.6 else 0
+    names = ["constant", "cosine", "cosine_floor", "step", "sgdr", "linear", "inv_sqrt"]
+    if flat:
+        name = "constant"
+    else:
+        p = np.array([0.14, 0.2, 0.16, 0.16, 0.14, 0.1, 0.1])
+        if healthy and difficulty == "easy":
+            p = np.array([0.3, 0.3, 0.25, 0.05, 0.0, 0.1, 0.0])
+        elif healthy and difficulty == "hard":
+            p = np.array([0.05, 0.1, 0.1, 0.3, 0.3, 0.05, 0.1])
+        name = names[int(rng.choice(len(names), p=p / p.sum()))]
+    s = np.maximum(t - warm, 0.0)
+    span = float(n - warm)
+    if name == "constant":
+        rel = np.ones(n)
+    elif name == "cosine":
+        horizon = span * _u(rng, 1.05, 1.15)
+        rel = 0.5 * (1.0 + np.cos(np.pi * s / horizon))
+    elif name == "cosine_floor":
+        floor = _u(rng, 0.01, 0.1)
+        rel = floor + (1.0 - floor) * 0.5 * (1.0 + np.cos(np.pi * s / span))
+    elif name == "step":
+        factor = 0.1 if rng.random() < 0.6 else 0.5
+        k = int(rng.integers(1, 4))
+        rel = np.ones(n)
+        pos = np.sort(rng.uniform(0.3, 0.9, k))
+        pos = pos[np.concatenate([[True], np.diff(pos) > 0.1])]
+        for m in pos:
+            rel = np.where(t >= int(m * n), rel * factor, rel)
+    elif name == "sgdr":
+        cycle = max(int(_u(rng, 0.1, 0.35) * span), 20)
+        mult = 1 if rng.random() < 0.6 else 2
+        eta = _logu(rng, 0.002, 0.05)
+        pos_in = np.empty(n)
+        start, length = 0, cycle
+        for i in range(n):
+            while s[i] >= start + length:
+                start += length
+                length *= mult
+            pos_in[i] = (s[i] - start) / length
+        rel = eta + (1.0 - eta) * 0.5 * (1.0 + np.cos(np.pi * pos_in))
+    elif name == "linear":
+        floor = _u(rng, 0.01, 0.1)
+        rel = 1.0 - (1.0 - floor) * s / span
+    else:  # inv_sqrt
+        w0 = max(warm, int(rng.integers(20, 100)))
+        rel = np.sqrt(w0 / np.maximum(t, w0))
+    if warm:
+        rel = np.where(t < warm, (t + 1.0) / warm, rel)
+    return peak * rel, peak, name
+
+
+# ------------------------------------------------------------------------------------ the run
+
+
+class _Run:
+    """A run's drawn parameters, the failure's modifications and their assembly into signals."""
+
+    def __init__(
+        self,
+        rng: np.random.Generator,
+        n: int,
+        difficulty: str,
+        healthy: bool,
+        *,
+        flat_schedule: bool = False,
+        falling_at: int | None = None,
+        val_limit: int | None = None,
+    ) -> None:
+        self.rng = rng
+        self.n = n
+        self.t = np.arange(n, dtype=np.float64)
+        self.difficulty = difficulty
+        noise_diff = difficulty if healthy else "any"
+
+        # schedule and progress
+        self.lr, self.peak, self.schedule = _schedule(rng, n, difficulty, healthy, flat_schedule)
+        rate = np.minimum(self.lr / self.peak, 1.0)
+        tau = np.concatenate([[0.0], np.cumsum(rate)[:-1]])
+        tau_total = float(tau[-1] + rate[-1])
+        self.tau_base = tau
+
+        # loss shape
+        self.shape = ["exp", "power", "mix"][int(rng.integers(3))]
+        self.alpha = _u(rng, 0.4, 1.5)
+        self.mixw = _u(rng, 0.3, 0.8)
+        self.log_l0 = math.log(_logu(rng, 0.05, 20.0))
+        if falling_at is not None:
+            self.drop = _u(rng, 1.0, 3.5)
+            target = _u(rng, 0.3, 0.6)
+            x = _solve_decay(target, self.shape, self.alpha, self.mixw)
+            self.T = max(float(tau[falling_at]), 1.0) / x
+        else:
+            self.drop = _u(rng, 0.5, 3.5)
+            regime = rng.random()
+            if regime < 0.3:  # converges early and stays on a noisy plateau
+                self.shape = "exp"
+                x_end = _u(rng, 6.0, 15.0)
+            elif regime < 0.8:
+                x_end = _logu(rng, 1.5, 8.0)
+            else:  # still falling at the end
+                x_end = _u(rng, 0.4, 1.5)
+            self.T = tau_total / x_end
+            # every run makes real progress: at least 0.4 nats over its length
+            g_end = float(_decay(np.array([x_end]), self.shape, self.alpha, self.mixw)[0])
+            self.drop = max(self.drop, 0.4 / (1.0 - g_end))
+        self.beta = _u(rng, 0.0, 0.15)
+        self.lr_span = _u(rng, 5.0, 40.0)
+
+        # loss noise
+        sig_range = {
+            "easy": (0.005, 0.02), "medium": (0.01, 0.045), "hard": (0.03, 0.08), "any": (0.005, 0.08)
+        }[noise_diff]
+        df_range = {"easy": (6.0, 8.0), "medium": (4.0, 7.0), "hard": (3.0, 5.0), "any": (3.0, 8.0)}[noise_diff]
+        self.sigma = _logu(rng, *sig_range)
+        self.df = _u(rng, *df_range)
+        self.z_loss = _tnoise(rng, self.df, n)
+        ar_hi = 1.0 if noise_diff == "hard" else 0.7
+        self.ar = _ar1(rng, n, _u(rng, 0.95, 0.995), self.sigma * _u(rng, 0.2, ar_hi))
+        spike_rate = {"easy": 0.0, "medium": 1 / 400, "hard": 1 / 150, "any": 1 / 300}[noise_diff]
+        spike_rate *= _u(rng, 0.0, 1.0)
+        self.spike_at = rng.random(n) < spike_rate
+        self.spike_at[:5] = False
+        self.spike_size = np.log(rng.uniform(1.08, 1.3, n)) * self.spike_at
+
+        # gradient norms
+        self.layer_names = _layer_names(rng, int(rng.integers(4, 11)))
+        n_layers = len(self.layer_names)
+        self.log_gf = math.log(_logu(rng, 0.1, 100.0))
+        self.g_drop = _u(rng, 0.2, 2.0)
+        self.TG = tau_total / _logu(rng, 0.5, 10.0)
+        self.beta_g = _u(rng, -0.3, 0.3)
+        self.late = _u(rng, 0.0, 0.5) if rng.random() < 0.3 else 0.0
+        self.init_a = _u(rng, 0.3, 1.5) if rng.random() < 0.5 else 0.0
+        self.init_k = _u(rng, 3.0, 20.0)
+        sg_range = {
+            "easy": (0.03, 0.12), "medium": (0.06, 0.2), "hard": (0.1, 0.3), "any": (0.03, 0.3)
+        }[noise_diff]
+        self.sigma_g = _u(rng, *sg_range)
+        rho = _u(rng, 0.1, 0.6)
+        zs = self.z_loss / math.sqrt(self.df / (self.df - 2.0))
+        self.z_common = rho * zs + math.sqrt(1.0 - rho * rho) * _tnoise(rng, _u(rng, 3.0, 10.0), n)
+        self.common_a = _u(rng, 0.6, 0.9)
+        w = 10.0 ** rng.uniform(-0.5, 0.5, n_layers)
+        self.log_w = np.log(w / math.sqrt(float(np.sum(w * w))))
+        self.layer_drop = self.g_drop * rng.uniform(0.6, 1.4, n_layers)
+        self.layer_sigma = self.sigma_g * rng.uniform(0.4, 0.9, n_layers)
+        self.z_layer = rng.normal(0.0, 1.0, (n, n_layers))
+        self.grad_spike = np.log(rng.uniform(1.2, 2.5, n)) * self.spike_at
+
+        # update ratio
+        self.log_u_peak = math.log(_logu(rng, 1.5e-4, 8e-4))
+        self.gamma = _u(rng, 0.0, 0.5)
+        self.w_growth = _u(rng, 0.0, 0.7)
+        self.sigma_u = _u(rng, 0.02, 0.12)
+        self.z_u = rng.normal(0.0, 1.0, n)
+
+        # validation
+        v = int(rng.integers(25, 101))
+        if val_limit is not None:
+            v = max(25, min(v, val_limit))
+        self.val_every = v
+        vs = np.arange(v, n, v)
+        if rng.random() < 0.3:
+            vs = np.concatenate([[0], vs])
+        self.val_steps = vs.astype(np.int64)
+        self.sigma_v = _logu(rng, 0.002, 0.02)
+        self.gap0 = _u(rng, 0.0, 0.15)
+        self.gap1 = _u(rng, 0.0, 0.1)
+        self.z_val = rng.normal(0.0, 1.0, len(vs))
+
+        # activations (every layer but the output one)
+        self.act_steps = np.arange(0, n, 10, dtype=np.int64)
+        self.act_layers = list(range(n_layers - 1))
+        na = len(self.act_layers)
+        ta = self.act_steps / n
+        units = 10.0 ** rng.uniform(2.7, 4.3, na)
+        dead = rng.uniform(0.05, 0.5, na) + np.outer(ta, rng.uniform(-0.05, 0.05, na))
+        sat = rng.uniform(0.0, 0.2, na) + np.outer(ta, rng.uniform(-0.03, 0.03, na))
+        self.dead_base = np.clip(dead, 0.01, 0.6)
+        self.sat_base = np.clip(sat, 0.0, 0.3)
+        m = len(self.act_steps)
+        ar_sd = rng.uniform(0.002, 0.01, na)
+        self.dead_wander = np.stack([_ar1(rng, m, 0.9, s) for s in ar_sd], axis=1)
+        self.sat_wander = np.stack([_ar1(rng, m, 0.9, s) for s in ar_sd * 0.5], axis=1)
+        self.units = units
+        self.z_dead = rng.normal(0.0, 1.0, (m, na))
+        self.z_sat = rng.normal(0.0, 1.0, (m, na))
+
+        # the failure's modifications (neutral by default)
+        self.prog = np.ones(n)
+        self.add_model = np.zeros(n)  # log-loss of the model itself: train and validation
+        self.add_train = np.zeros(n)  # log-loss on the training batches only
+        self.noise_scale = np.ones(n)
+        self.add_layer = np.zeros((n, n_layers))
+        self.add_u = np.zeros(n)
+        self.u_target: tuple[np.ndarray, np.ndarray] | None = None  # (blend weight, log target)
+        self.u_zero_when_skipped = np.zeros(n, dtype=bool)
+        self.add_val = np.zeros(n)
+        self.val_freeze: int | None = None  # validation stops improving after this step
+        self.dead_over: list[tuple[int, Callable[[np.ndarray], np.ndarray]]] = []
+        self.sat_over: list[tuple[int, Callable[[np.ndarray], np.ndarray]]] = []
+        self.act_grad_q = _u(rng, 0.5, 1.0)
+        self.nonfinite: list[tuple[int, int, str, str]] = []  # (start, stop, loss value, grad value)
+
+    # -- the base trends, before the failure's additions -----------------------------------
+    def loss_trend(self) -> np.ndarray:
+        """The healthy log-loss trend with the current lr and progress (no noise)."""
+        lr_rel = self.lr / self.peak
+        rate = np.minimum(lr_rel, 1.0) * self.prog
+        tau = np.concatenate([[0.0], np.cumsum(rate)[:-1]])
+        g = _decay(tau / self.T, self.shape, self.alpha, self.mixw)
+        lr_eff = _ema(np.minimum(lr_rel, 1.0), self.lr_span)
+        self._tau, self._g, self._lr_eff = tau, g, lr_eff
+        return self.log_l0 - self.drop * (1.0 - g) + self.beta * (1.0 - g) * lr_eff
+
+    # -- assembly --------------------------------------------------------------------------
+    def assemble(self) -> dict[str, Any]:
+        n, t = self.n, self.t
+        trend = self.loss_trend()
+        tau, g, lr_eff = self._tau, self._g, self._lr_eff
+        model = trend + self.add_model
+        train = model + self.ar + self.sigma * self.z_loss * self.noise_scale + self.add_train + self.spike_size
+        with np.errstate(over="ignore"):
+            loss = np.exp(train)
+
+        g_grad = np.exp(-tau / self.TG)
+        common = (
+            self.log_gf + self.beta_g * lr_eff + self.late * (t / n) ** 2
+            + self.init_a * np.exp(-t / self.init_k)
+        )
+        layer_trend = common[:, None] + self.log_w[None, :] + self.layer_drop[None, :] * g_grad[:, None]
+        layer_trend = layer_trend + self.add_layer + self._act_grad_factor()
+        noise = (
+            self.sigma_g * self.common_a * self.z_common[:, None]
+            + self.layer_sigma[None, :] * self.z_layer
+            + self.grad_spike[:, None]
+        )
+        with np.errstate(over="ignore"):
+            layers = np.exp(layer_trend + noise)
+            grad = np.sqrt(np.sum(layers * layers, axis=1))
+            grad_trend = 0.5 * np.log(np.sum(np.exp(2.0 * layer_trend), axis=1))
+
+        with np.errstate(divide="ignore"):
+            log_lr = np.log(self.lr / self.peak)
+        log_u = (
+            self.log_u_peak + log_lr + self.gamma * (grad_trend - grad_trend[0]) - self.w_growth * t / n
+            + self.sigma_u * self.z_u + self.gamma * self.sigma_g * self.common_a * self.z_common + self.add_u
+        )
+        if self.u_target is not None:
+            wgt, target = self.u_target
+            log_u = np.where(wgt > 0, (1.0 - wgt) * log_u + wgt * (target + self.sigma_u * self.z_u), log_u)
+        with np.errstate(over="ignore"):
+            upd = np.exp(log_u)
+        upd[self.u_zero_when_skipped] = 0.0
+
+        vs = self.val_steps
+        gen = np.minimum(vs, self.val_freeze) if self.val_freeze is not None else vs  # generalisation stops
+        val_model = trend[gen] + self.gap1 * (1.0 - g[gen]) + self.add_model[vs]
+        with np.errstate(over="ignore"):
+            val = np.exp(val_model + self.gap0 + self.sigma_v * self.z_val + self.add_val[vs])
+
+        dead, sat = self._activations(layers)
+
+        loss, grad, layers, upd, val = _f32(loss), _f32(grad), _f32(layers), _f32(upd), _f32(val)
+        dead, sat = _f32(dead), _f32(sat)
+        lr = _f32(self.lr)
+        for start, stop, lval, gval in self.nonfinite:
+            sl = slice(start, stop)
+            persistent = stop >= n
+            if lval != "finite":
+                loss[sl] = float(lval)
+            if gval != "finite":
+                bad = np.zeros(layers.shape[1], dtype=bool)
+                if persistent or gval == "nan":
+                    bad[:] = True
+                else:
+                    bad[self.rng.choice(layers.shape[1], int(self.rng.integers(1, 3)), replace=False)] = True
+                layers[sl, bad] = float(gval)
+                grad[sl] = float(gval) if gval == "nan" else np.inf
+            if persistent:
+                upd[sl] = np.nan
+                val[vs >= start] = np.nan
+                dead[self.act_steps >= start] = np.nan
+                sat[self.act_steps >= start] = np.nan
+            elif gval != "finite":
+                upd[sl] = 0.0  # the optimizer skips a step whose gradient overflowed
+        return {
+            "loss": loss, "grad_norm": grad, "lr": lr, "update_ratio": upd, "val_steps": vs.copy(),
+            "val_loss": val, "layer_names": self.layer_names, "layer_grad_norms": layers,
+            "act_steps": self.act_steps.copy(),
+            "act_layer_names": tuple(self.layer_names[j] for j in self.act_layers),
+            "dead_frac": dead, "saturation": sat,
+        }
+
+    def _act_curves(self) -> tuple[np.ndarray, np.ndarray]:
+        ta = self.act_steps.astype(np.float64)
+        dead = self.dead_base.copy()
+        sat = self.sat_base.copy()
+        for j, fn in self.dead_over:
+            dead[:, j] = np.maximum(dead[:, j], fn(ta))
+        for j, fn in self.sat_over:
+            sat[:, j] = np.maximum(sat[:, j], fn(ta))
+        return dead, sat
+
+    def _act_grad_factor(self) -> np.ndarray:
+        """Log factor on each layer's gradient norm from its dead or saturated units."""
+        out = np.zeros((self.n, len(self.layer_names)))
+        if not self.dead_over and not self.sat_over:
+            return out
+        dead, sat = self._act_curves()
+        for j in {j for j, _ in self.dead_over} | {j for j, _ in self.sat_over}:
+            alive = (1.0 - dead[:, j]) * (1.0 - sat[:, j])
+            alive0 = (1.0 - self.dead_base[:, j]) * (1.0 - self.sat_base[:, j])
+            f = np.log(np.maximum(alive, 1e-4) / alive0) * self.act_grad_q
+            out[:, self.act_layers[j]] = np.interp(self.t, self.act_steps, f)
+        return out
+
+    def _activations(self, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dead, sat = self._act_curves()
+        sd_d = np.sqrt(np.clip(dead * (1 - dead), 0, None) / self.units[None, :])
+        sd_s = np.sqrt(np.clip(sat * (1 - sat), 0, None) / self.units[None, :])
+        shrink_d = np.clip(1.0 - dead, 0.0, 1.0) / np.clip(1.0 - self.dead_base, 1e-3, 1.0)
+        shrink_s = np.clip(1.0 - sat, 0.0, 1.0) / np.clip(1.0 - self.sat_base, 1e-3, 1.0)
+        dead = dead + sd_d * self.z_dead + self.dead_wander * np.minimum(shrink_d, 1.0)
+        sat = sat + sd_s * self.z_sat + self.sat_wander * np.minimum(shrink_s, 1.0)
+        return np.clip(dead, 0.0, 1.0), np.clip(sat, 0.0, 1.0)
+
+
+# ------------------------------------------------------------------------------------ failures
+
+
+def _onset(rng: np.random.Generator, n: int, lo: float = 0.3, hi: float = 0.7, late_hi: float = 0.85) -> int:
+    if rng.random() < 0.15:
+        return int(_u(rng, hi, late_hi) * n)
+    return int(_u(rng, lo, hi) * n)
+
+
+def _blowup(run: _Run, start: int, rng: np.random.Generator) -> None:
+    lval = "nan" if rng.random() < 0.6 else "inf"
+    gval = "nan" if rng.random() < 0.5 else "inf"
+    run.nonfinite.append((start, run.n, lval, gval))
+
+
+def _divergence(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    n, t = run.n, run.t
+    r = _by(rng, d, {"easy": (0.1, 0.3), "medium": (0.03, 0.1), "hard": (0.01, 0.03)}, log=True)
+    accel = _u(rng, 0.0, 1.0)
+    delta = np.maximum(t - onset, 0.0)
+    raw = r * delta * (1.0 + accel * r * delta / 10.0)
+    blow = rng.random() < 0.6
+    ceiling = _u(rng, 3.0, 12.0)
+    if blow:
+        growth = _u(rng, 2.5, 8.0)
+        hit = np.nonzero(raw >= growth)[0]
+        b = int(hit[0]) if len(hit) else n
+        if b < n:
+            _blowup(run, b, rng)
+        add = raw
+    else:
+        add = ceiling * np.tanh(raw / ceiling)
+    run.prog[onset:] = 0.0
+    run.add_model += add
+    run.noise_scale *= 1.0 + 0.05 * add
+    rg = rng.uniform(0.5, 1.5, len(run.layer_names))
+    run.add_layer += np.minimum(add[:, None] * rg[None, :], 30.0)
+    # the updates are driven by the instability, no longer by the schedule's decay
+    with np.errstate(divide="ignore"):
+        decayed = np.log(run.lr / run.lr[onset])
+    run.add_u += np.minimum(add * _u(rng, 0.5, 1.2), 8.0) - np.minimum(decayed, 0.0) * (run.t >= onset)
+
+
+def _nonfinite(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    n = run.n
+    if d == "easy" or (d == "medium" and rng.random() < 0.3):
+        _blowup(run, onset, rng)
+        return
+    length = int(rng.integers(2, 6)) if d == "medium" else int(rng.integers(1, 3))
+    if d == "medium":
+        lval = "nan" if rng.random() < 0.5 else "inf"
+        gval = "inf" if rng.random() < 0.7 else "nan"
+    else:
+        lval, gval = ("finite", "inf") if rng.random() < 0.6 else ("inf" if rng.random() < 0.5 else "nan", "finite")
+    run.nonfinite.append((onset, min(onset + length, n - 1), lval, gval))
+    if rng.random() < 0.4:
+        again = onset + int(rng.integers(30, 200))
+        if again < n - 5:
+            run.nonfinite.append((again, again + 1, lval, gval))
+
+
+def _grad_explosion(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    n, t = run.n, run.t
+    factor = 10.0 ** _by(rng, d, {"easy": (2.5, 3.0), "medium": (1.5, 2.5), "hard": (1.0, 1.5)})
+    n_layers = len(run.layer_names)
+    if rng.random() < 0.3:
+        chosen = np.ones(n_layers, dtype=bool)
+    else:
+        chosen = np.zeros(n_layers, dtype=bool)
+        chosen[rng.choice(n_layers, int(rng.integers(1, min(3, n_layers) + 1)), replace=False)] = True
+    w2 = np.exp(2.0 * (run.log_w + run.layer_drop * math.exp(-run.tau_base[onset] / run.TG)))  # layers at onset
+    total, part = float(np.sum(w2)), float(np.sum(w2[chosen]))
+    mult = math.sqrt(max((factor * factor * total - (total - part)) / part, 1.0))
+    pattern = rng.random()
+    shape = np.zeros(n)
+    if pattern < 0.3:  # sustained to the end
+        shape[onset:] = 1.0
+    elif pattern < 0.7:  # one long burst, then back
+        length = int(rng.integers(5, 151))
+        decay = int(rng.integers(1, 20))
+        shape = np.where(t >= onset, 1.0, 0.0)
+        after = t - (onset + length)
+        shape = np.where(after > 0, np.exp(-np.maximum(after, 0.0) / decay), shape)
+    else:  # repeated bursts
+        start = onset
+        for _ in range(int(rng.integers(2, 7))):
+            length = int(rng.integers(3, 31))
+            shape[start:min(start + length, n)] = 1.0
+            start += length + int(rng.integers(10, 151))
+            if start >= n:
+                break
+    jitter = rng.normal(0.0, 0.3, n)
+    logm = math.log(mult) * shape + jitter * (shape > 0.5)
+    run.add_layer[:, chosen] += logm[:, None]
+    run.add_model += _u(rng, 0.01, 0.05) * math.log(factor) * shape
+    run.noise_scale *= 1.0 + _u(rng, 0.2, 1.0) * shape
+    run.add_u += math.log(_u(rng, 1.5, 5.0)) * shape
+
+
+def _loss_spike(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    n = run.n
+
+    def spike(at: int) -> None:
+        f = _by(rng, d, {"easy": (4.0, 6.0), "medium": (2.2, 4.0), "hard": (1.5, 2.2)})
+        m = max(math.log(f), 10.0 * run.sigma)
+        length = int(rng.integers(1, 6))
+        rho = _u(rng, 0.2, 0.6)
+        for k in range(length):
+            if at + k < n:
+                run.add_train[at + k] += m * rho**k
+        if at + length < n:
+            run.add_train[at + length] += m * rho**length * 0.5
+        gm = math.log(_u(rng, 1.5, 5.0))
+        run.add_layer[at:at + max(1, length // 2), :] += gm
+        run.add_u[at:at + 1] += math.log(_u(rng, 1.2, 3.0))
+
+    spike(onset)
+    if rng.random() < 0.3:
+        again = onset + int(rng.integers(30, 300))
+        if again < n - 10:
+            spike(again)
+    run.spike_size[onset:onset + 6] = 0.0
+
+
+def _stall(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    t = run.t
+    after = {"easy": 0.0, "medium": _u(rng, 0.0, 0.01), "hard": _u(rng, 0.02, 0.06)}[d]
+    run.prog[onset:] = after
+    g_drop = 10.0 ** _by(rng, d, {"easy": (2.0, 3.0), "medium": (1.0, 2.0), "hard": (0.5, 1.0)})
+    u_drop = 10.0 ** _by(rng, d, {"easy": (2.5, 3.5), "medium": (1.5, 2.5), "hard": (1.0, 1.5)})
+    length = _u(rng, 1.0, 20.0)
+    ramp = _smooth_ramp(t, onset, length)
+    cause = rng.random()
+    if cause < 0.25:  # the learning rate dropped too early (by no more than a normal step decay)
+        lr_drop = _u(rng, 0.1, 0.3)
+        run.lr = np.where(t >= onset, run.lr * lr_drop, run.lr)
+        u_drop = max(u_drop * lr_drop, 1.0)
+    elif cause < 0.5:  # units died in one or two layers (short of the dead-units failure)
+        for j in rng.choice(len(run.act_layers), min(2, len(run.act_layers)), replace=False):
+            base = float(run.dead_base[0, j])
+            rise = min(_u(rng, 0.15, 0.35), 0.75 - base)
+            ln = length
+
+            def fn(ta: np.ndarray, base: float = base, rise: float = rise, ln: float = ln) -> np.ndarray:
+                return base + rise * np.clip((ta - onset) / ln, 0.0, 1.0) * (ta >= onset)
+
+            run.dead_over.append((int(j), fn))
+    run.add_layer -= math.log(g_drop) * ramp[:, None]
+    run.add_u -= math.log(u_drop) * ramp
+
+
+def _oscillation(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    n, t = run.n, run.t
+    k = _by(rng, d, {"easy": (8.0, 15.0), "medium": (5.0, 8.0), "hard": (3.0, 5.0)})
+    floor = {"easy": 0.4, "medium": 0.15, "hard": 0.05}[d]
+    amp = max(k * run.sigma, floor * _u(rng, 1.0, 1.5))
+    pattern = int(rng.integers(3))
+    s = np.maximum(t - onset, 0.0)
+    if pattern == 0:  # alternating, every step
+        wave = np.where(s.astype(np.int64) % 2 == 0, 1.0, -1.0)
+    else:
+        period = _u(rng, 3.0, 12.0)
+        phase = np.cumsum(np.maximum(rng.normal(1.0, 0.15, n), 0.2)) / period
+        phase -= phase[onset]
+        frac = phase - np.floor(phase)
+        if pattern == 1:  # sawtooth: a jump up, then a slow slide down
+            wave = 1.0 - 2.0 * frac
+        else:  # a spike, then a collapse
+            k = _u(rng, 3.0, 8.0)
+            mean = (1.0 - math.exp(-k)) / k
+            wave = 2.0 * (np.exp(-frac * k) - mean) / (1.0 - math.exp(-k))
+    ramp = _ramp(t, onset, _u(rng, 1.0, {"easy": 5.0, "medium": 15.0, "hard": 30.0}[d]))
+    wave = wave * ramp
+    run.prog[onset:] = 0.0
+    run.add_model += 0.3 * amp * wave
+    run.add_train += 0.7 * amp * wave
+    amp_g = _by(rng, d, {"easy": (1.5, 2.3), "medium": (1.0, 1.6), "hard": (0.7, 1.1)})
+    amp_g = max(amp_g, {"easy": 8.0, "medium": 5.0, "hard": 3.0}[d] * run.sigma_g)
+    run.add_layer += (amp_g * wave)[:, None]
+    run.add_u += _u(rng, 0.5, 1.5) * amp_g * wave
+
+
+def _vanishing(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    t = run.t
+    n_layers = len(run.layer_names)
+    k = int(rng.integers(1, max(1, n_layers // 2) + 1))
+    orders = _by(rng, d, {"easy": (5.0, 6.0), "medium": (4.0, 5.0), "hard": (3.3, 4.0)})
+    length = _by(rng, d, {"easy": (2.0, 8.0), "medium": (5.0, 25.0), "hard": (15.0, 60.0)})
+    ramp = _ramp(t, onset, length)
+    for j in range(k):
+        run.add_layer[:, j] -= orders * (1.0 - 0.3 * j / k) * math.log(10.0) * ramp
+    later = math.log(_u(rng, 0.5, 0.9))
+    run.add_layer[:, k:] += later * _smooth_ramp(t, onset, 100.0)[:, None]
+    run.prog[onset:] = _u(rng, 0.0, 0.15)
+    run.add_u += math.log(_u(rng, 0.3, 0.8)) * _smooth_ramp(t, onset, length)
+
+
+def _silent_collapse(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    n, t = run.n, run.t
+    explode = rng.random() < 0.25
+    if explode:
+        orders = _by(rng, d, {"easy": (2.7, 3.0), "medium": (2.3, 2.7), "hard": (2.0, 2.3)})
+    else:
+        orders = _by(rng, d, {"easy": (3.5, 4.0), "medium": (2.5, 3.5), "hard": (2.0, 2.5)})
+    length = _by(rng, d, {"easy": (20.0, 60.0), "medium": (50.0, 120.0), "hard": (100.0, 200.0)})
+    length = min(length, 0.8 * (n - onset))
+    ramp = _ramp(t, onset, length)
+    sign = 1.0 if explode else -1.0
+    spread = rng.uniform(0.8, 1.2, len(run.layer_names))
+    run.add_layer += sign * orders * math.log(10.0) * ramp[:, None] * spread[None, :]
+    run.add_u += sign * _u(rng, 0.1, 0.5) * orders * math.log(10.0) * ramp
+    extra = _u(rng, 0.05, 0.3)
+    run.add_model -= extra * (1.0 - np.exp(-np.maximum(t - onset, 0.0) / (0.5 * (n - onset))))
+    run.noise_scale *= 1.0 - _u(rng, 0.3, 0.7) * ramp
+    run.spike_size[onset:] = 0.0
+
+
+def _update_ratio(run: _Run, rng: np.random.Generator, d: str, onset: int, high: bool) -> None:
+    t = run.t
+    if high:
+        target = _by(rng, d, {"easy": (0.4, 1.0), "medium": (0.2, 0.5), "hard": (0.1, 0.2)}, log=True)
+        run.noise_scale *= 1.0 + (_by(rng, d, {"easy": (2.0, 4.0), "medium": (1.0, 2.0), "hard": (0.3, 1.0)})) * _ramp(
+            t, onset, 10.0
+        )
+        run.prog[onset:] = _u(rng, 0.0, 0.3)
+    else:
+        target = 10.0 ** _by(rng, d, {"easy": (-8.0, -7.3), "medium": (-7.3, -6.6), "hard": (-6.6, -6.0)})
+        run.prog[onset:] = _u(rng, 0.0, 0.05)
+    length = _by(rng, d, {"easy": (1.0, 5.0), "medium": (5.0, 30.0), "hard": (20.0, 80.0)})
+    wgt = _ramp(t, onset, length)
+    run.u_target = (wgt, np.full(run.n, math.log(target)))
+
+
+def _overfitting(run: _Run, rng: np.random.Generator, d: str, onset: int) -> None:
+    n, t = run.n, run.t
+    rise = _by(rng, d, {"easy": (0.4, 1.0), "medium": (0.15, 0.4), "hard": (0.06, 0.15)})
+    rise = max(rise, 8.0 * run.sigma_v)
+    p = _u(rng, 0.8, 1.3)
+    x = np.clip((t - onset) / (n - 1 - onset), 0.0, 1.0)
+    run.add_val += rise * x**p
+    run.val_freeze = onset
+    mem = _u(rng, 0.1, 0.6)
+    run.add_train -= mem * (1.0 - np.exp(-np.maximum(t - onset, 0.0) / ((n - onset) * _u(rng, 0.3, 1.0))))
+
+
+def _act_climb(run: _Run, rng: np.random.Generator, d: str, onset: int, dead: bool) -> None:
+    n = run.n
+    na = len(run.act_layers)
+    chosen = rng.choice(na, 1 if rng.random() < 0.6 or na < 2 else 2, replace=False)
+    if dead:
+        tbl = {"easy": (0.97, 1.0), "medium": (0.94, 0.99), "hard": (0.92, 0.96)}
+    else:
+        tbl = {"easy": (0.9, 0.98), "medium": (0.75, 0.9), "hard": (0.6, 0.75)}
+    for j in chosen:
+        target = _by(rng, d, tbl)
+        length = _by(rng, d, {"easy": (8.0, 30.0), "medium": (25.0, 90.0), "hard": (60.0, 180.0)})
+        length = min(length, 0.7 * (n - onset))
+        base = run.dead_base if dead else run.sat_base
+        b0 = float(base[np.searchsorted(run.act_steps, onset, side="right") - 1, j])
+
+        def fn(ta: np.ndarray, b0: float = b0, target: float = target, length: float = length) -> np.ndarray:
+            x = np.clip((ta - onset) / length, 0.0, 1.0)
+            return b0 + (target - b0) * x * x * (3.0 - 2.0 * x)
+
+        (run.dead_over if dead else run.sat_over).append((int(j), fn))
+    run.prog[onset:] = _u(rng, 0.3, 0.8)
+
+
+def _lr_anomaly(run: _Run, rng: np.random.Generator, d: str, onset: int, variant: str) -> None:
+    n, t = run.n, run.t
+    factor = 10.0 ** _by(rng, d, {"easy": (2.3, 3.0), "medium": (1.7, 2.3), "hard": (1.3, 1.7)})
+    if variant == "zero":
+        run.lr = np.where(t >= onset, 0.0, run.lr)
+        return
+    if variant == "down":
+        run.lr = np.where(t >= onset, run.lr / factor, run.lr)
+        run.add_layer += math.log(_u(rng, 0.5, 1.0)) * _smooth_ramp(t, onset, 30.0)[:, None]
+        return
+    prior_peak = float(np.max(run.lr[: onset + 1]))
+    factor = max(factor, 2.0 * prior_peak / float(run.lr[onset]))
+    stop = n if rng.random() < 0.7 else min(n, onset + int(rng.integers(20, 201)))
+    on = (t >= onset) & (t < stop)
+    run.lr = np.where(on, run.lr * factor, run.lr)
+    run.prog[on] = 0.0
+    lf = math.log10(factor)
+    jump = _u(rng, 0.1, 0.3) * lf
+    delta = np.maximum(t - onset, 0.0)
+    grow = _u(rng, 0.002, 0.01) * lf if factor >= 100 else 0.0
+    react = (jump * (1.0 - np.exp(-delta / 3.0)) + 6.0 * np.tanh(grow * delta / 6.0)) * on
+    after = t >= stop
+    if after.any():
+        react = np.where(after, react[stop - 1] * np.exp(-(t - stop) / 20.0), react)
+    run.add_model += react
+    run.noise_scale *= 1.0 + 0.3 * lf * on
+    run.add_layer += (_u(rng, 0.2, 0.5) * math.log(factor) * (1.0 - np.exp(-delta / 5.0)) * on)[:, None]
+
+
+# ------------------------------------------------------------------------------------ generate
+
+
+def generate(kind: str, seed: int, difficulty: str = "medium", n_steps: int | None = None) -> Curve:
+    """Generate one labeled training run.
+
+    Args:
+        kind: A failure kind (a :class:`trainsignals.Kind` value, see :data:`KINDS`) or
+            ``"healthy"``.
+        seed: Non-negative seed; the curve depends only on ``(kind, seed, difficulty,
+            n_steps)``.
+        difficulty: ``"easy"`` (obvious), ``"medium"`` or ``"hard"`` (subtle but real). For a
+            healthy run, how noisy and tricky it is (heavier tails, restarts, step decays).
+        n_steps: Run length; drawn in 400 .. 2000 when ``None``.
+
+    Returns:
+        The :class:`Curve`.
+
+    Raises:
+        ValueError: unknown kind or difficulty, negative seed, or ``n_steps`` below 200.
+
+    Example:
+        >>> c = generate("loss_spike", seed=1, difficulty="easy", n_steps=500)
+        >>> c.kind, c.onset_step, len(c.loss)
+        ('loss_spike', 285, 500)
+        >>> bool(c.loss[c.onset_step] > 3 * c.loss[c.onset_step - 1])
+        True
+    """
+    kind = getattr(kind, "value", kind)
+    if kind != HEALTHY and kind not in KINDS:
+        raise ValueError(f"kind must be 'healthy' or one of {', '.join(KINDS)}, got {kind!r}")
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"difficulty must be one of {', '.join(DIFFICULTIES)}, got {difficulty!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if n_steps is not None and (not isinstance(n_steps, (int, np.integer)) or n_steps < 200):
+        raise ValueError(f"n_steps must be an integer >= 200, got {n_steps!r}")
+    seed = int(seed)
+    rng = _rng(kind, seed, difficulty)
+    n = int(n_steps) if n_steps is not None else int(round(_logu(rng, _MIN_STEPS, _MAX_STEPS)))
+    d = difficulty
+
+    onset = -1
+    opts: dict[str, Any] = {}
+    variant = ""
+    if kind == "divergence":
+        onset = 0 if rng.random() < 0.25 else _onset(rng, n)
+    elif kind == "stall":
+        onset = _onset(rng, n, late_hi=0.75)
+        opts["falling_at"] = onset
+    elif kind == "silent_collapse":
+        onset = _onset(rng, n, late_hi=0.75)
+        opts["falling_at"] = onset
+    elif kind == "overfitting":
+        onset = int(_u(rng, 0.3, 0.7) * n)
+        onset = min(max(onset, 100), n - 151)
+        opts["val_limit"] = max(25, min((n - 1 - onset) // 6, onset // 4))
+    elif kind == "lr_anomaly":
+        variant = ["up", "down", "zero"][int(rng.choice(3, p=[0.4, 0.35, 0.25]))]
+        opts["flat_schedule"] = variant == "zero"
+        onset = _onset(rng, n)
+    elif kind != HEALTHY:
+        onset = _onset(rng, n)
+
+    run = _Run(rng, n, d, kind == HEALTHY, **opts)
+    frng = np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([seed, zlib.crc32(kind.encode()), DIFFICULTIES.index(d), 1]))
+    )
+    if kind == "overfitting":
+        v = run.val_steps
+        ok = v[(v > 0) & (v <= onset)]
+        onset = int(ok[-1]) if len(ok) else int(v[v > 0][0])
+    if kind == "divergence":
+        _divergence(run, frng, d, onset)
+    elif kind == "nonfinite":
+        _nonfinite(run, frng, d, onset)
+    elif kind == "grad_explosion":
+        _grad_explosion(run, frng, d, onset)
+    elif kind == "loss_spike":
+        _loss_spike(run, frng, d, onset)
+    elif kind == "stall":
+        _stall(run, frng, d, onset)
+    elif kind == "oscillation":
+        _oscillation(run, frng, d, onset)
+    elif kind == "vanishing_gradient":
+        _vanishing(run, frng, d, onset)
+    elif kind == "silent_collapse":
+        _silent_collapse(run, frng, d, onset)
+    elif kind == "update_ratio_high":
+        _update_ratio(run, frng, d, onset, high=True)
+    elif kind == "update_ratio_low":
+        _update_ratio(run, frng, d, onset, high=False)
+    elif kind == "overfitting":
+        _overfitting(run, frng, d, onset)
+    elif kind == "dead_units":
+        _act_climb(run, frng, d, onset, dead=True)
+    elif kind == "saturation":
+        _act_climb(run, frng, d, onset, dead=False)
+    elif kind == "lr_anomaly":
+        _lr_anomaly(run, frng, d, onset, variant)
+
+    sig = run.assemble()
+    if kind == "overfitting":
+        vl = sig["val_loss"]
+        onset = int(sig["val_steps"][int(np.argmin(vl))])
+    return _make_curve(kind, seed, d, n, onset, sig)
+
+
+def _first_nonfinite(loss: np.ndarray, grad: np.ndarray) -> int:
+    bad = ~(np.isfinite(loss) & np.isfinite(grad))
+    return int(np.argmax(bad)) if bad.any() else -1
+
+
+def _make_curve(kind: str, seed: int, difficulty: str, n: int, onset: int, sig: dict[str, Any]) -> Curve:
+    return Curve(
+        name=f"{kind}-{difficulty}-{seed}",
+        kind=kind,
+        onset_step=int(onset),
+        difficulty=difficulty,
+        seed=int(seed),
+        total_steps=n,
+        steps=np.arange(n, dtype=np.int64),
+        first_nonfinite_step=_first_nonfinite(sig["loss"], sig["grad_norm"]),
+        **sig,
+    )
+
+
+# ------------------------------------------------------------------------------------ the suite
+
+
+def standard_suite(seed: int = 0) -> list[Curve]:
+    """The committed benchmark suite: 33 curves of each failure kind and 165 healthy runs.
+
+    Each kind has 11 curves of each difficulty; curve ``i`` of a (kind, difficulty) pair has
+    seed ``1000 * seed + i``. The result depends only on ``seed``.
+
+    Args:
+        seed: Suite seed (non-negative).
+
+    Returns:
+        The curves, failure kinds in :data:`KINDS` order, then the healthy runs.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    plan = [(k, 11) for k in KINDS] + [(HEALTHY, 55)]
+    out: list[Curve] = []
+    for kind, per_difficulty in plan:
+        for i in range(per_difficulty):
+            for d in DIFFICULTIES:
+                out.append(generate(kind, 1000 * int(seed) + i, d))
+    return out
+
+
+def default_directory() -> Path:
+    """Where the committed suite lives: ``<repository>/datasets/synthetic``."""
+    return Path(__file__).resolve().parents[1] / "datasets" / "synthetic"
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    f32 = pa.list_(pa.float32())
+    return pa.schema(
+        [
+            ("name", pa.string()),
+            ("kind", pa.string()),
+            ("difficulty", pa.string()),
+            ("seed", pa.int64()),
+            ("onset_step", pa.int64()),
+            ("total_steps", pa.int64()),
+            ("first_nonfinite_step", pa.int64()),
+            ("loss", f32),
+            ("grad_norm", f32),
+            ("lr", f32),
+            ("update_ratio", f32),
+            ("val_steps", pa.list_(pa.int32())),
+            ("val_loss", f32),
+            ("layer_names", pa.list_(pa.string())),
+            ("layer_grad_norms", pa.list_(f32)),
+            ("act_steps", pa.list_(pa.int32())),
+            ("act_layer_names", pa.list_(pa.string())),
+            ("dead_frac", pa.list_(f32)),
+            ("saturation", pa.list_(f32)),
+        ],
+        metadata={"format": FORMAT},
+    )
+
+
+def _check_f32(c: Curve) -> None:
+    for field_name in ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "dead_frac", "saturation"):
+        a = getattr(c, field_name)
+        if not np.array_equal(a.astype(np.float32).astype(np.float64), a, equal_nan=True):
+            raise ValueError(f"{c.name}: {field_name} holds values that are not float32 numbers; cannot store exactly")
+
+
+def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | None = None) -> None:
+    """Write curves as Arrow IPC files (zstd), one per kind, plus ``manifest.json``.
+
+    Each ``{kind}.arrow`` holds one row per curve; series are list columns (float32 values,
+    exactly the curve's values), per-layer series are lists of per-layer lists (column
+    major). ``manifest.json`` lists every curve in order with its label and file.
+
+    Args:
+        curves: The curves (names must be unique).
+        directory: Output folder, created if needed; existing ``*.arrow`` files there are
+            replaced.
+        seed: Suite seed, recorded in the manifest when given.
+    """
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    names = [c.name for c in curves]
+    if len(set(names)) != len(names):
+        raise ValueError("curve names must be unique")
+    by_kind: dict[str, list[Curve]] = {}
+    for c in curves:
+        _check_f32(c)
+        by_kind.setdefault(c.kind, []).append(c)
+    for old in directory.glob("*.arrow"):
+        old.unlink()
+    schema = _schema()
+    options = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=19))
+    for kind, group in by_kind.items():
+        cols: dict[str, list[Any]] = {f.name: [] for f in schema}
+        for c in group:
+            for key in ("name", "kind", "difficulty", "seed", "onset_step", "total_steps", "first_nonfinite_step"):
+                cols[key].append(getattr(c, key))
+            for key in ("loss", "grad_norm", "lr", "update_ratio", "val_loss"):
+                cols[key].append(getattr(c, key).astype(np.float32))
+            cols["val_steps"].append(c.val_steps.astype(np.int32))
+            cols["act_steps"].append(c.act_steps.astype(np.int32))
+            cols["layer_names"].append(list(c.layer_names))
+            cols["act_layer_names"].append(list(c.act_layer_names))
+            cols["layer_grad_norms"].append(list(c.layer_grad_norms.T.astype(np.float32)))
+            cols["dead_frac"].append(list(c.dead_frac.T.astype(np.float32)))
+            cols["saturation"].append(list(c.saturation.T.astype(np.float32)))
+        table = pa.table({k: pa.array(v, type=schema.field(k).type) for k, v in cols.items()}, schema=schema)
+        with ipc.new_file(directory / f"{kind}.arrow", schema, options=options) as writer:
+            writer.write_table(table)
+    manifest: dict[str, Any] = {"format": FORMAT}
+    if seed is not None:
+        manifest["seed"] = int(seed)
+        manifest["command"] = f"python -m trainsignals.curves build --seed {int(seed)}"
+    manifest["curves"] = [
+        {
+            "name": c.name,
+            "kind": c.kind,
+            "onset_step": c.onset_step,
+            "difficulty": c.difficulty,
+            "seed": c.seed,
+            "total_steps": c.total_steps,
+            "first_nonfinite_step": c.first_nonfinite_step,
+            "file": f"{c.kind}.arrow",
+        }
+        for c in curves
+    ]
+    (directory / _MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def _resolve(directory: str | Path | None) -> Path:
+    if directory is None:
+        return default_directory()
+    path = Path(directory)
+    if not path.exists() and isinstance(directory, str) and "/" not in directory and "\\" not in directory:
+        named = default_directory().parent / directory
+        if named.exists():
+            return named
+    return path
+
+
+def _lists(col: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A list column as (offsets, flat values as numpy)."""
+    arr = col.combine_chunks()
+    offsets = np.asarray(arr.offsets)
+    return offsets, np.asarray(arr.values.to_numpy(zero_copy_only=False))
+
+
+def _read_file(path: Path) -> dict[str, Curve]:
+    import pyarrow.ipc as ipc
+
+    with ipc.open_file(path) as reader:
+        table = reader.read_all()
+    cols = {name: table.column(name).to_pylist() for name in (
+        "name", "kind", "difficulty", "seed", "onset_step", "total_steps", "first_nonfinite_step",
+        "layer_names", "act_layer_names",
+    )}
+    flat = {k: _lists(table.column(k)) for k in ("loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss", "act_steps")}
+    nested = {}
+    for k in ("layer_grad_norms", "dead_frac", "saturation"):
+        arr = table.column(k).combine_chunks()
+        outer = np.asarray(arr.offsets)
+        inner = np.asarray(arr.values.offsets)
+        values = np.asarray(arr.values.values.to_numpy(zero_copy_only=False))
+        nested[k] = (outer, inner, values)
+    out: dict[str, Curve] = {}
+    for i, name in enumerate(cols["name"]):
+        def one(k: str, dtype: Any = np.float64, i: int = i) -> np.ndarray:
+            off, vals = flat[k]
+            return vals[off[i]:off[i + 1]].astype(dtype)
+
+        def two(k: str, i: int = i) -> np.ndarray:
+            outer, inner, values = nested[k]
+            a, b = outer[i], outer[i + 1]
+            rows = [values[inner[j]:inner[j + 1]] for j in range(a, b)]
+            return np.stack(rows, axis=1).astype(np.float64)
+
+        n = int(cols["total_steps"][i])
+        out[name] = Curve(
+            name=name,
+            kind=cols["kind"][i],
+            onset_step=int(cols["onset_step"][i]),
+            difficulty=cols["difficulty"][i],
+            seed=int(cols["seed"][i]),
+            total_steps=n,
+            steps=np.arange(n, dtype=np.int64),
+            loss=one("loss"),
+            grad_norm=one("grad_norm"),
+            lr=one("lr"),
+            update_ratio=one("update_ratio"),
+            val_steps=one("val_steps", np.int64),
+            val_loss=one("val_loss"),
+            layer_names=tuple(cols["layer_names"][i]),
+            layer_grad_norms=two("layer_grad_norms"),
+            act_steps=one("act_steps", np.int64),
+            act_layer_names=tuple(cols["act_layer_names"][i]),
+            dead_frac=two("dead_frac"),
+            saturation=two("saturation"),
+            first_nonfinite_step=int(cols["first_nonfinite_step"][i]),
+        )
+    return out
+
+
+def load_suite(directory: str | Path | None = None) -> list[Curve]:
+    """Load a suite written by :func:`write_suite`, in manifest order.
+
+    Args:
+        directory: The suite's folder; a bare name such as ``"synthetic"`` names a folder of
+            the repository's ``datasets``; ``None`` is the committed suite
+            (``datasets/synthetic``).
+
+    Returns:
+        The curves.
+
+    Raises:
+        FileNotFoundError: the folder or its manifest is missing (an installed package does
+            not ship the datasets: build them with ``python -m trainsignals.curves build
+            --out DIR``).
+        ValueError: the manifest and the files disagree.
+    """
+    path = _resolve(directory)
+    manifest_path = path / _MANIFEST
+    if not manifest_path.is_file():
+        raise FileNotFoundError(
+            f"no curve suite at {path} (missing {_MANIFEST}); the datasets live in the source "
+            f"repository, or build them with `python -m trainsignals.curves build --out {path}`"
+        )
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{manifest_path}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}")
+    files: dict[str, dict[str, Curve]] = {}
+    out: list[Curve] = []
+    for entry in manifest["curves"]:
+        fname = entry["file"]
+        if fname not in files:
+            fpath = path / fname
+            if not fpath.is_file():
+                raise FileNotFoundError(f"curve file {fpath} named in {manifest_path} is missing")
+            files[fname] = _read_file(fpath)
+        curve = files[fname].get(entry["name"])
+        if curve is None:
+            raise ValueError(f"curve {entry['name']!r} is not in {fname}")
+        for key in ("kind", "onset_step", "difficulty", "seed", "total_steps", "first_nonfinite_step"):
+            if getattr(curve, key) != entry[key]:
+                raise ValueError(
+                    f"curve {entry['name']!r}: manifest says {key}={entry[key]!r}, {fname} says {getattr(curve, key)!r}"
+                )
+        out.append(curve)
+    return out
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trainsignals.curves build [--out DIR] [--seed 0]``."""
+    parser = argparse.ArgumentParser(prog="python -m trainsignals.curves", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="(re)generate the standard suite")
+    build.add_argument("--out", type=Path, default=None, help="output folder (default: datasets/synthetic)")
+    build.add_argument("--seed", type=int, default=0, help="suite seed (default: 0)")
+    args = parser.parse_args(argv)
+    out = args.out if args.out is not None else default_directory()
+    curves = standard_suite(args.seed)
+    write_suite(curves, out, seed=args.seed)
+    size = sum(p.stat().st_size for p in Path(out).iterdir() if p.is_file())
+    print(f"wrote {len(curves)} curves to {out} ({size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
