@@ -547,8 +547,8 @@ def scan(total_steps: int | None = None, **signals: Any) -> list[Event]:
     Example:
         >>> import numpy as np
         >>> loss = np.r_[np.linspace(2.0, 1.0, 100), 1.0 * 1.2 ** np.arange(1, 30)]
-        >>> [(e.kind.value, e.step, e.onset_step) for e in scan(loss=loss)][:1]
-        [('divergence', 103, 99)]
+        >>> [(e.kind.value, e.step, e.onset_step) for e in scan(loss=loss)]
+        [('loss_spike', 102, 102), ('divergence', 103, 99), ('loss_spike', 108, 108)]
     """
     return Monitor(total_steps=total_steps).scan(**signals)
 

@@ -374,7 +374,6 @@ class _Run:
         self.rng = rng
         self.n = n
         self.t = np.arange(n, dtype=np.float64)
-        self.difficulty = difficulty
         noise_diff = difficulty if healthy else "any"
 
         # schedule and progress
@@ -499,7 +498,6 @@ class _Run:
         self.add_layer = np.zeros((n, n_layers))
         self.add_u = np.zeros(n)
         self.u_target: tuple[np.ndarray, np.ndarray] | None = None  # (blend weight, log target)
-        self.u_zero_when_skipped = np.zeros(n, dtype=bool)
         self.add_val = np.zeros(n)
         self.val_freeze: int | None = None  # validation stops improving after this step
         self.dead_over: list[tuple[int, Callable[[np.ndarray], np.ndarray]]] = []
@@ -556,7 +554,6 @@ class _Run:
             log_u = np.where(wgt > 0, (1.0 - wgt) * log_u + wgt * (target + self.sigma_u * self.z_u), log_u)
         with np.errstate(over="ignore"):
             upd = np.exp(log_u)
-        upd[self.u_zero_when_skipped] = 0.0
 
         vs = self.val_steps
         gen = np.minimum(vs, self.val_freeze) if self.val_freeze is not None else vs  # generalisation stops

@@ -81,7 +81,7 @@ class CUSUMPlateau(Detector):
         patience: int = 200,
         stuck_decades: float = 0.4,
         slowdown: float = 0.25,
-        collapse_decades: float = 1.0,
+        collapse_decades: float = 1.5,
         hold: int = 10,
         alpha: float = 0.1,
         noise_alpha: float = 0.02,

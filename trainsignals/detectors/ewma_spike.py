@@ -30,8 +30,9 @@ class EWMASpike(Detector):
     space (0.1 %) and ``1e-3*|m|`` in linear space, so a perfectly flat history does not make
     every wiggle an alarm. Everything is relative to the stream's own history.
 
-    Policies: an anomalous value does not update ``m``/``v`` (``learn_on_alarm=False``) so a
-    spike does not inflate the statistics it is measured against; if anomalies persist for
+    Policies: an anomalous value (``z >= threshold``, whatever its ratio) does not update
+    ``m``/``v`` (``learn_on_alarm=False``) so a jump does not inflate the statistics it is
+    measured against; if anomalies persist for
     more than ``hold`` consecutive values, the level is taken as the new normal (``m = y``).
     After an event no new event is emitted for ``cooldown`` values. When ``escalate_after``
     events fall within ``escalate_window`` steps the event is ``critical`` (frequent spikes
@@ -167,9 +168,9 @@ class EWMASpike(Detector):
         if suppress:
             self._cooldown_left -= 1
         self._n = n + 1
-        if za >= self.threshold and jump >= self._min_jump:
+        if za >= self.threshold:
             self._run += 1
-            ev = None if suppress else self._event(x, y, z, mean, step)
+            ev = None if suppress or jump < self._min_jump else self._event(x, y, z, mean, step)
             if self._run > self.hold:
                 self._mean = y
                 self._run = 0
@@ -230,7 +231,7 @@ class EWMASpike(Detector):
         else:
             za, da = self._sign * z, self._sign * d
         jump = da if self.log else da / (np.abs(mp) + 1e-300)
-        k = first_true((za >= self.threshold) & (jump >= self._min_jump))
+        k = first_true(za >= self.threshold)
         if k:
             self._mean = float(m[k - 1])
             self._var = float(v[k - 1])

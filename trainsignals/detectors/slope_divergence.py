@@ -86,7 +86,7 @@ class SlopeDivergence(Detector):
         self,
         window: int = 20,
         threshold: float = 5.0,
-        min_ratio: float = 1.1,
+        min_ratio: float = 1.3,
         early_steps: int = 4,
         early_ratio: float = 1.25,
         max_share: float = 0.6,
