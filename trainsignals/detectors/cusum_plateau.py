@@ -69,7 +69,7 @@ class CUSUMPlateau(Detector):
         >>> t = np.minimum(np.arange(600), 300)
         >>> loss = 3.0 * np.exp(-t / 150) * np.exp(rng.normal(0, 0.02, 600))
         >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss, np.full(600, np.nan))]
-        [(390, 330)]
+        [(385, 325)]
     """
 
     signals = ("loss", "grad_norm")
@@ -85,7 +85,7 @@ class CUSUMPlateau(Detector):
         hold: int = 10,
         alpha: float = 0.1,
         noise_alpha: float = 0.02,
-        delta_mult: float = 1.0,
+        delta_mult: float = 2.0,
         progress_mult: float = 10.0,
         min_delta: float = 1e-4,
         signal: str = "loss",

@@ -73,7 +73,7 @@ class EWMASpike(Detector):
         self,
         alpha: float = 0.3,
         var_alpha: float = 0.05,
-        threshold: float = 6.0,
+        threshold: float = 7.0,
         min_ratio: float = 1.5,
         warmup: int = 20,
         log: bool = True,
@@ -226,11 +226,7 @@ class EWMASpike(Detector):
         else:
             f = 1e-3 * np.abs(mp)
             z = d / np.sqrt(vp + (f * f + 1e-300))
-        if self.direction == "both":
-            za, da = np.abs(z), np.abs(d)
-        else:
-            za, da = self._sign * z, self._sign * d
-        jump = da if self.log else da / (np.abs(mp) + 1e-300)
+        za = np.abs(z) if self.direction == "both" else self._sign * z
         k = first_true(za >= self.threshold)
         if k:
             self._mean = float(m[k - 1])

@@ -38,6 +38,25 @@ def _scale(res: list[float]) -> float:
     return max(1.4826 * med, 1e-3)
 
 
+def _periodicity(res: list[float], lags: int) -> float:
+    """Largest |autocorrelation| of the residuals over lags 1..``lags``: white noise stays near 0,
+    a sawtooth or an alternation correlates strongly at its period."""
+    m = len(res)
+    if m <= lags + 2:
+        return 0.0
+    mu = sum(res) / m
+    r = [v - mu for v in res]
+    den = sum(v * v for v in r)
+    if den <= 0.0:
+        return 0.0
+    best = 0.0
+    for k in range(1, lags + 1):
+        ac = abs(sum(r[i] * r[i - k] for i in range(k, m))) / den
+        if ac > best:
+            best = ac
+    return best
+
+
 def _frac_out(res: list[float], scale: float) -> float:
     """Fraction of residuals larger than ``scale``."""
     return sum(1 for r in res if abs(r) > scale) / len(res) if res else 0.0
@@ -68,7 +87,10 @@ class Oscillation(Detector):
       collapses repeatedly, the signature of a too-high learning rate); a lone spike is one or
       two values;
     * the line's rise over the window is at most ``efficiency`` times the residuals' 10-90 %
-      range: no net progress (a divergence or a fast descent moves).
+      range: no net progress (a divergence or a fast descent moves);
+    * the swings have a pattern: the residuals of the loss or of the grad norm correlate
+      with themselves at some lag up to ``window / 4`` by at least ``periodicity`` (a sawtooth,
+      an alternation, repeated spike-and-collapse); louder white noise does not.
 
     ``onset_step`` is the start of the window. No event in the first ``warmup`` values; quiet
     for ``cooldown`` values after an event.
@@ -79,6 +101,8 @@ class Oscillation(Detector):
         frac: fraction of far values that fires, in (0, 1].
         spread: residual size that counts as far, in usual noises ``sigma``, > 0.
         efficiency: largest net-change / spread ratio that counts as no progress, in (0, 1].
+        periodicity: smallest |autocorrelation| of the residuals (loss or grad norm) at some
+            lag up to ``window / 4`` that counts as a pattern, in [0, 1].
         var_alpha: weight of the local swing, in (0, 1).
         base_alpha: weight of the baseline swing, in (0, var_alpha).
         warmup: values before any event, >= 4 * window.
@@ -108,6 +132,7 @@ class Oscillation(Detector):
         frac: float = 0.4,
         spread: float = 2.0,
         efficiency: float = 0.5,
+        periodicity: float = 0.4,
         var_alpha: float = 0.1,
         base_alpha: float = 0.005,
         warmup: int = 128,
@@ -119,6 +144,7 @@ class Oscillation(Detector):
         check_range("frac", frac, 0, 1, lo_open=True)
         check_range("spread", spread, 0, None, lo_open=True)
         check_range("efficiency", efficiency, 0, 1, lo_open=True)
+        check_range("periodicity", periodicity, 0, 1)
         check_range("var_alpha", var_alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("base_alpha", base_alpha, 0, var_alpha, lo_open=True, hi_open=True)
         check_range("warmup", warmup, 4 * window, None, integer=True)
@@ -128,6 +154,7 @@ class Oscillation(Detector):
         self.frac = frac
         self.spread = spread
         self.efficiency = efficiency
+        self.periodicity = periodicity
         self.var_alpha = var_alpha
         self.base_alpha = base_alpha
         self.warmup = warmup
@@ -167,16 +194,19 @@ class Oscillation(Detector):
         res, rise = _residuals(ys[-w:])
         fl = _frac_out(res, self.spread * _scale(_residuals(ys[:w])[0]))
         fg = 0.0
+        gres: list[float] = []
         gref = _residuals(gs[:w])[0]
         if gref:
-            fg = _frac_out(_residuals(gs[-w:])[0], self.spread * _scale(gref))
+            gres = _residuals(gs[-w:])[0]
+            fg = _frac_out(gres, self.spread * _scale(gref))
         if gref:  # with a grad norm, both must swing (the grad norm spikes and collapses too)
             ok = (fl >= self.frac and fg >= 0.5 * self.frac) or (fl >= 0.5 * self.frac and fg >= self.frac)
         else:
             ok = fl >= self.frac
-        if not ok:
+        if not ok or abs(rise) > self.efficiency * _spread(res):
             return False, fl, fg
-        return abs(rise) <= self.efficiency * _spread(res), fl, fg
+        lags = w // 4
+        return max(_periodicity(res, lags), _periodicity(gres, lags)) >= self.periodicity, fl, fg
 
     def _learn(self, y: float, m: float, v: float, b: float, n: int) -> tuple[float, float, float]:
         if n == 0:

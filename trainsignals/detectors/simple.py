@@ -177,7 +177,8 @@ class UpdateRatioBand(Detector):
       > 0.1 is violent);
     * ``update_ratio_low`` when the level is below ``low`` (1e-6: stuck), or below
       ``soft_low`` (1e-5) after dropping ``drop`` decades below its own reference — unless the
-      learning rate explains it: small updates while the learning rate is below
+      learning rate explains it: small updates while the learning rate's level (EWMA of
+      ``log10(lr)``, weight ``alpha``, lagging like the ratio's level) is below
       ``lr_explains`` of its peak (a warm-up start, a schedule's end, a warm-restart trough)
       are the schedule, not a failure. The learning rate is the optional second input
       (``nan`` when unknown).
@@ -204,7 +205,7 @@ class UpdateRatioBand(Detector):
     """
 
     signals = ("update_ratio", "lr")
-    _state_keys = ("n", "level", "ref", "lr_peak", "side", "onset", "last_step")
+    _state_keys = ("n", "level", "ref", "lr_peak", "lr_level", "side", "onset", "last_step")
 
     def __init__(self, low: float = 1e-6, soft_low: float = 1e-5, high: float = 3e-2, drop: float = 1.5,
                  lr_explains: float = 0.05, alpha: float = 0.3, ref_alpha: float = 0.01, warmup: int = 10,
@@ -236,6 +237,7 @@ class UpdateRatioBand(Detector):
         self._level = 0.0
         self._ref = 0.0
         self._lr_peak = 0.0
+        self._lr_level: float | None = None
         self._side = 0
         self._onset = -1
         self._last_step = -1
@@ -244,15 +246,19 @@ class UpdateRatioBand(Detector):
         if lv > self._lhi:
             return 1
         if lv < self._llo or (lv < self._lsoft and ref - lv >= self.drop):
-            if lr == lr and lr < self.lr_explains * self._lr_peak:
+            if lr == 0.0 or (self._lr_level is not None and self._lr_peak > 0.0
+                             and self._lr_level < math.log10(self.lr_explains * self._lr_peak)):
                 return 0
             return -1
         return 0
 
     def _step(self, x: float, lr: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
-        if lr == lr and lr - lr == 0.0 and lr > self._lr_peak:
-            self._lr_peak = lr
+        if lr - lr == 0.0 and lr > 0.0:
+            if lr > self._lr_peak:
+                self._lr_peak = lr
+            ll = math.log10(lr)
+            self._lr_level = ll if self._lr_level is None else self._a * ll + self._b * self._lr_level
         if x - x != 0.0 or x <= 0.0:
             return None
         y = math.log10(x)
@@ -286,7 +292,16 @@ class UpdateRatioBand(Detector):
             return 0
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.log10(arrays[0][i:j])
-        lim = first_true(~np.isfinite(y))
+        lr = arrays[1][i:j]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            llr = np.log10(lr)
+        lr_ok = np.isfinite(llr)
+        # the lr must be uniformly known (and positive) or unknown in the block
+        if self._lr_level is None:
+            bad = ~np.isfinite(y) | ~np.isnan(lr)
+        else:
+            bad = ~np.isfinite(y) | ~lr_ok
+        lim = first_true(bad)
         if lim == 0:
             return 0
         y = y[:lim]
@@ -295,10 +310,9 @@ class UpdateRatioBand(Detector):
         # anything that may leave the band goes to the scalar path (it knows the lr rule)
         k = first_true((lv > self._lhi) | (lv < self._llo) | ((lv < self._lsoft) & (ref - lv >= self.drop)))
         if k:
-            lr = arrays[1][i:i + k]
-            fin = lr[np.isfinite(lr)]
-            if len(fin):
-                self._lr_peak = max(self._lr_peak, float(fin.max()))
+            if self._lr_level is not None:
+                self._lr_peak = max(self._lr_peak, float(lr[:k].max()))
+                self._lr_level = float(ewma(llr[:k], self._a, self._b, self._lr_level)[-1])
             self._level = float(lv[k - 1])
             self._ref = float(ref[k - 1])
             self._n += k
