@@ -30,7 +30,7 @@ from .._validate import to_float, to_step
 
 __all__ = ["Detector", "DetectorProtocol"]
 
-_MIN_BLOCK = 64
+_MIN_BLOCK = 128
 _MAX_BLOCK = 1 << 15
 
 
@@ -269,7 +269,7 @@ def run_scan(det: Detector, cols: list[np.ndarray], steps: np.ndarray) -> list[E
         if i == j:
             block = min(block * 2, _MAX_BLOCK)
             continue
-        block = _MIN_BLOCK
+        block = max(_MIN_BLOCK, block // 4)
         scalar_run = min(scalar_run * 2, 256) if k == 0 else 1
         end = min(n, i + scalar_run)
         for args in zip(*(c[i:end].tolist() for c in cols), steps[i:end].tolist()):

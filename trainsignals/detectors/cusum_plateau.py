@@ -121,6 +121,7 @@ class CUSUMPlateau(Detector):
         self._n = 0
         self._s = 0.0
         self._recent: deque[float] = deque(maxlen=self.hold)
+        self._top = 0.0  # max(self._recent), kept incrementally (derived, not in the state dict)
         self._noise = 0.0
         self._best = 0.0
         self._first = 0.0
@@ -138,6 +139,7 @@ class CUSUMPlateau(Detector):
         self._shist = deque(state["shist"], maxlen=2 * self.patience + 1)
         self._ghist = deque(state["ghist"], maxlen=2 * self.patience + 1)
         self._recent = deque(state["recent"], maxlen=self.hold)
+        self._top = max(self._recent) if self._recent else 0.0
 
     def _delta(self, noise: float) -> float:
         return max(self.min_delta, self._dscale * noise)
@@ -168,21 +170,30 @@ class CUSUMPlateau(Detector):
             self._best = y
             self._first = y
             self._recent.append(y)
+            self._top = y
         else:
             r = abs(y - self._s)
             self._noise = r if self._n == 1 else self._na * r + self._nb * self._noise
-            self._s = self._a * y + self._b * self._s
-            self._recent.append(self._s)
-            top = max(self._recent)
-            if top < self._best:
-                self._best = top
+            s = self._a * y + self._b * self._s
+            self._s = s
+            recent = self._recent
+            dropped = recent[0] if len(recent) == self.hold else None
+            recent.append(s)
+            if dropped is not None and dropped >= self._top:
+                self._top = max(recent)
+            elif s > self._top:
+                self._top = s
+            if self._top < self._best:
+                self._best = self._top
         self._n += 1
         hist = self._hist
         hist.append(self._best)
         self._shist.append(step)
         self._ghist.append(self._g)
         best = self._best
-        delta = self._delta(self._noise)
+        delta = self._dscale * self._noise
+        if delta < self.min_delta:
+            delta = self.min_delta
         if not self._armed:
             if best < self._alarm_best - delta:
                 self._armed = True
@@ -191,6 +202,9 @@ class CUSUMPlateau(Detector):
         if len(hist) < 2 * p + 1:
             return None
         mid = hist[-p - 1]
+        if mid - best >= delta and (self._g is None or self._ghist[0] is None
+                                    or self._ghist[0] - self._g < self.collapse_decades):
+            return None  # still improving and no collapse: the common case, decided early
         if self._decide(best, mid, hist[0], delta, self._g, self._ghist[0]):
             return self._event(step, best, mid, delta)
         return None
@@ -235,7 +249,11 @@ class CUSUMPlateau(Detector):
         sp = shifted(s, self._s)
         noise = ewma(np.abs(y - sp), self._na, self._nb, self._noise)
         sext = np.concatenate((np.asarray(self._recent), s))
-        top = np.lib.stride_tricks.sliding_window_view(sext, self.hold).max(axis=1)[1:]
+        h = self.hold
+        top = sext[h - 1:].copy()
+        for d in range(1, h):
+            np.maximum(top, sext[h - 1 - d:len(sext) - d], out=top)
+        top = top[1:]
         best = np.minimum.accumulate(np.minimum(top, self._best))
         ext = np.concatenate((np.asarray(self._hist), best))
         q = np.arange(2 * p + 1, 2 * p + 1 + lim)
@@ -263,6 +281,7 @@ class CUSUMPlateau(Detector):
         if k:
             self._s = float(s[k - 1])
             self._recent.extend(s[max(0, k - self.hold):k].tolist())
+            self._top = max(self._recent)
             self._noise = float(noise[k - 1])
             self._best = float(best[k - 1])
             self._n += k

@@ -57,6 +57,27 @@ def _periodicity(res: list[float], lags: int) -> float:
     return best
 
 
+def _batch_residuals(wins: np.ndarray) -> np.ndarray:
+    """Residuals of each row around its least-squares line (rows of finite values)."""
+    w = wins.shape[1]
+    kc = np.arange(w) - (w - 1) / 2.0
+    dev = wins - wins.mean(axis=1, keepdims=True)
+    slope = dev @ kc / float(kc @ kc)
+    return dev - slope[:, None] * kc[None, :]
+
+
+def _batch_periodicity(res: np.ndarray, lags: int) -> np.ndarray:
+    """Row-wise twin of :func:`_periodicity`."""
+    r = res - res.mean(axis=1, keepdims=True)
+    den = (r * r).sum(axis=1)
+    best = np.zeros(len(r))
+    ok = den > 0
+    for k in range(1, lags + 1):
+        ac = np.abs((r[:, k:] * r[:, :-k]).sum(axis=1))
+        best = np.maximum(best, np.where(ok, ac / np.where(ok, den, 1.0), 0.0))
+    return best
+
+
 def _frac_out(res: list[float], scale: float) -> float:
     """Fraction of residuals larger than ``scale``."""
     return sum(1 for r in res if abs(r) > scale) / len(res) if res else 0.0
@@ -128,7 +149,7 @@ class Oscillation(Detector):
     def __init__(
         self,
         window: int = 32,
-        ratio: float = 1.7,
+        ratio: float = 2.0,
         frac: float = 0.4,
         spread: float = 2.0,
         efficiency: float = 0.5,
@@ -193,6 +214,8 @@ class Oscillation(Detector):
         w = self.window
         res, rise = _residuals(ys[-w:])
         fl = _frac_out(res, self.spread * _scale(_residuals(ys[:w])[0]))
+        if fl < 0.5 * self.frac:  # necessary in every branch below: most candidates stop here
+            return False, fl, 0.0
         fg = 0.0
         gres: list[float] = []
         gref = _residuals(gs[:w])[0]
@@ -286,11 +309,27 @@ class Oscillation(Detector):
             cand |= (bgp > 0.0) & (vg > self.ratio * bgp)
         k = lim
         if cand.any():
-            w4 = 4 * self.window
+            w = self.window
+            w4 = 4 * w
             yext = np.concatenate((np.asarray(self._ys), y))
             gext = np.concatenate((np.asarray(self._gs, dtype=np.float64), g[:lim]))
             off = len(self._ys)
-            for c in np.flatnonzero(cand):
+            cs = np.flatnonzero(cand)
+            # vectorised first stage of the confirmation (its necessary condition), then the
+            # shared scalar confirmation on the few windows that pass
+            views = np.lib.stride_tricks.sliding_window_view(yext, w)
+            cur = _batch_residuals(views[off + cs + 1 - w])
+            ref = _batch_residuals(views[off + cs + 1 - w4])
+            scale = np.maximum(1.4826 * np.median(np.abs(ref), axis=1), 1e-3)
+            fl = (np.abs(cur) > (self.spread * scale)[:, None]).mean(axis=1)
+            keep = fl >= 0.5 * self.frac - 1e-9
+            if keep.any():  # a looser twin of the pattern test, on the survivors only
+                per = _batch_periodicity(cur[keep], w // 4)
+                if self._ng:
+                    gviews = np.lib.stride_tricks.sliding_window_view(gext, w)
+                    per = np.maximum(per, _batch_periodicity(_batch_residuals(gviews[off + cs[keep] + 1 - w]), w // 4))
+                keep[keep] = per >= self.periodicity - 1e-6
+            for c in cs[keep]:
                 lo = max(0, off + c + 1 - w4)
                 if self._confirm(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist())[0]:
                     k = int(c)

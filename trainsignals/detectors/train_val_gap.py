@@ -165,6 +165,19 @@ class TrainValGap(Detector):
         else:
             st = _steps_for(steps, n, self._last_step)
         events: list[Event] = []
+        if not len(vs):  # no validation: only the train level moves
+            if loss is not None and n:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ug = np.log(loss)
+                ug = ug[np.isfinite(ug)]
+                if len(ug):
+                    if self._train is None:
+                        last = float(ewma(ug[1:], self._a, self._b, float(ug[0]))[-1]) if len(ug) > 1 else float(ug[0])
+                    else:
+                        last = float(ewma(ug, self._a, self._b, self._train)[-1])
+                    self._train = last
+                self._last_step = max(self._last_step, int(st[-1]))
+            return events
         # smoothed train loss after each step, over finite positive values only
         tr_at = np.zeros(0)
         if loss is not None and n:
