@@ -59,6 +59,7 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "EWMASpike-linear-both": lambda: ts.EWMASpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
     "SlopeDivergence": ts.SlopeDivergence,
     "CUSUMPlateau": lambda: ts.CUSUMPlateau(patience=40),
+    "CUSUMPlateau-strided": lambda: ts.CUSUMPlateau(patience=150),
     "Oscillation": ts.Oscillation,
     "LossGradCoupling": ts.LossGradCoupling,
     "NonFinite": ts.NonFinite,

@@ -291,7 +291,7 @@ class Monitor:
         if layer_grad_norms is not None:
             det = self.detectors.get("layer_cliff")
             layers = as_named_vector("layer_grad_norms", layer_grad_norms, det._names if det else None)
-            if np.any(layers[0] < 0):
+            if len(layers[0]) and layers[0].min() < 0:
                 raise ValueError("layer_grad_norms must be >= 0")
         acts = None
         if activations is not None:

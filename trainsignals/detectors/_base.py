@@ -224,6 +224,28 @@ class Detector:
         return run_scan(self, cols, st)
 
 
+class PairDetector(Detector):
+    """A detector of two signals; the second may be omitted (``nan``: not measured)."""
+
+    def update(self, x: Any, y: Any = math.nan, *, step: int | None = None) -> Event | None:  # type: ignore[override]
+        """Feed one value of each signal in ``signals`` (the second may be left out)."""
+        if type(x) is not float:
+            x = to_float(self.signals[0], x)
+        if type(y) is not float:
+            y = math.nan if y is None else to_float(self.signals[1], y)
+        if step is None:
+            step = self._last_step + 1  # type: ignore[attr-defined]
+        elif type(step) is not int:
+            step = to_step(step)
+        return self._step(x, y, step)  # type: ignore[call-arg]
+
+    def scan(self, x: Any, y: Any = None, *, steps: Any = None) -> list[Event]:  # type: ignore[override]
+        """Batch twin of :meth:`update`; ``y`` may be left out (all ``nan``)."""
+        if y is None:
+            y = np.full(len(_as_1d(self.signals[0], x)), np.nan)
+        return Detector.scan(self, x, y, steps=steps)
+
+
 def _as_1d(name: str, a: Any) -> np.ndarray:
     try:
         arr = np.asarray(a, dtype=np.float64)

@@ -145,11 +145,12 @@ class ActivationHealth(Detector):
             self._fired = np.zeros((2, L), dtype=bool)
             self._calm = np.full((2, L), step, dtype=np.int64)
         self._n += 1
-        if np.isfinite(mat).all() and not (mat >= self._thr).any():  # the common, quiet case
+        if not (mat >= self._thr).any() and np.isfinite(mat).all():  # the common, quiet case
             self._base = self.alpha * mat + (1 - self.alpha) * self._base
             np.copyto(self._calm, step, where=mat <= self._base + self.margin)
-            self._run.fill(0)
-            self._fired.fill(False)
+            if self._fired.any() or self._run.any():
+                self._run.fill(0)
+                self._fired.fill(False)
             return []
         ok = np.isfinite(mat)
         above = ok & (mat >= self._thr)

@@ -11,11 +11,11 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import Detector
+from ._base import PairDetector
 from ._ops import ewma, first_true, shifted
 
 
-class CUSUMPlateau(Detector):
+class CUSUMPlateau(PairDetector):
     """Flags a stall: no new best loss for ``patience`` values while the run has stopped moving.
 
     On ``y = log(loss)`` the detector keeps a smoothed level ``s`` (EWMA, weight ``alpha``),
@@ -115,31 +115,34 @@ class CUSUMPlateau(Detector):
         self._na, self._nb = float(noise_alpha), 1.0 - float(noise_alpha)
         self._dscale = delta_mult * math.sqrt(alpha / (2.0 - alpha))
         self._stuck = stuck_decades
+        # the plateau bookkeeping runs every `_stride` values (about 64 checkpoints per window)
+        self._stride = max(1, patience // 64)
+        self._q = patience // self._stride
         self._reset()
 
     def _reset(self) -> None:
         self._n = 0
         self._s = 0.0
         self._recent: deque[float] = deque(maxlen=self.hold)
-        self._top = 0.0  # max(self._recent), kept incrementally (derived, not in the state dict)
         self._noise = 0.0
         self._best = 0.0
         self._first = 0.0
-        self._hist: deque[float] = deque(maxlen=2 * self.patience + 1)
-        self._shist: deque[int] = deque(maxlen=2 * self.patience + 1)
+        m = 2 * self._q + 1
+        self._hist: deque[float] = deque(maxlen=m)
+        self._shist: deque[int] = deque(maxlen=m)
         self._g: float | None = None
-        self._ghist: deque[float | None] = deque(maxlen=2 * self.patience + 1)
+        self._ghist: deque[float | None] = deque(maxlen=m)
         self._armed = True
         self._alarm_best = 0.0
         self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
-        self._hist = deque(state["hist"], maxlen=2 * self.patience + 1)
-        self._shist = deque(state["shist"], maxlen=2 * self.patience + 1)
-        self._ghist = deque(state["ghist"], maxlen=2 * self.patience + 1)
+        m = 2 * self._q + 1
+        self._hist = deque(state["hist"], maxlen=m)
+        self._shist = deque(state["shist"], maxlen=m)
+        self._ghist = deque(state["ghist"], maxlen=m)
         self._recent = deque(state["recent"], maxlen=self.hold)
-        self._top = max(self._recent) if self._recent else 0.0
 
     def _delta(self, noise: float) -> float:
         return max(self.min_delta, self._dscale * noise)
@@ -163,29 +166,29 @@ class CUSUMPlateau(Detector):
             return None
         y = math.log(x)
         if grad - grad == 0.0 and grad > 0.0:
+            g = self._g
             lg = math.log10(grad)
-            self._g = lg if self._g is None else self._a * lg + self._b * self._g
-        if self._n == 0:
+            self._g = lg if g is None else self._a * lg + self._b * g
+        n = self._n
+        if n == 0:
             self._s = y
             self._best = y
             self._first = y
             self._recent.append(y)
-            self._top = y
         else:
-            r = abs(y - self._s)
-            self._noise = r if self._n == 1 else self._na * r + self._nb * self._noise
-            s = self._a * y + self._b * self._s
+            s0 = self._s
+            r = abs(y - s0)
+            self._noise = r if n == 1 else self._na * r + self._nb * self._noise
+            s = self._a * y + self._b * s0
             self._s = s
-            recent = self._recent
-            dropped = recent[0] if len(recent) == self.hold else None
-            recent.append(s)
-            if dropped is not None and dropped >= self._top:
-                self._top = max(recent)
-            elif s > self._top:
-                self._top = s
-            if self._top < self._best:
-                self._best = self._top
-        self._n += 1
+            self._recent.append(s)
+        n += 1
+        self._n = n
+        if n % self._stride:
+            return None
+        top = max(self._recent)
+        if top < self._best:
+            self._best = top
         hist = self._hist
         hist.append(self._best)
         self._shist.append(step)
@@ -198,10 +201,10 @@ class CUSUMPlateau(Detector):
             if best < self._alarm_best - delta:
                 self._armed = True
             return None
-        p = self.patience
-        if len(hist) < 2 * p + 1:
+        q = self._q
+        if len(hist) < 2 * q + 1:
             return None
-        mid = hist[-p - 1]
+        mid = hist[-q - 1]
         if mid - best >= delta and (self._g is None or self._ghist[0] is None
                                     or self._ghist[0] - self._g < self.collapse_decades):
             return None  # still improving and no collapse: the common case, decided early
@@ -227,8 +230,9 @@ class CUSUMPlateau(Detector):
                           mid - best, delta, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        p = self.patience
-        if len(self._hist) < 2 * p + 1 or self._n < 2 or len(self._recent) < self.hold:
+        q = self._q
+        m = 2 * q + 1
+        if len(self._hist) < m or self._n < 2 or len(self._recent) < self.hold:
             return 0
         x = arrays[0][i:j]
         gr = arrays[1][i:j]
@@ -248,50 +252,65 @@ class CUSUMPlateau(Detector):
         s = ewma(y, self._a, self._b, self._s)
         sp = shifted(s, self._s)
         noise = ewma(np.abs(y - sp), self._na, self._nb, self._noise)
+        # checkpoints: the values after which the count of finite values is a multiple of the stride
+        r = self._stride
+        bidx = np.arange(lim)
+        if r > 1:
+            bidx = bidx[(self._n + 1 + bidx) % r == 0]
+        nb = len(bidx)
         sext = np.concatenate((np.asarray(self._recent), s))
         h = self.hold
-        top = sext[h - 1:].copy()
+        top = sext[bidx + h].copy()  # max of the last `hold` smoothed values at each checkpoint
         for d in range(1, h):
-            np.maximum(top, sext[h - 1 - d:len(sext) - d], out=top)
-        top = top[1:]
-        best = np.minimum.accumulate(np.minimum(top, self._best))
-        ext = np.concatenate((np.asarray(self._hist), best))
-        q = np.arange(2 * p + 1, 2 * p + 1 + lim)
-        mid = ext[q - p]
-        old = ext[q - 2 * p]
-        delta = np.maximum(self.min_delta, self._dscale * noise)
+            np.maximum(top, sext[bidx + h - d], out=top)
+        bb = np.minimum.accumulate(np.minimum(top, self._best)) if nb else top
         g = None
-        if self._g is not None:
+        k = lim
+        if nb:
+            ext = np.concatenate((np.asarray(self._hist), bb))
+            pos = np.arange(m, m + nb)
+            mid = ext[pos - q]
+            old = ext[pos - 2 * q]
+            delta = np.maximum(self.min_delta, self._dscale * noise[bidx])
+            if self._g is not None:
+                g = ewma(lg[:lim], self._a, self._b, self._g)
+                prev = np.array([np.nan if v is None else v for v in self._ghist], dtype=np.float64)
+                g_then = np.concatenate((prev, g[bidx]))[1:nb + 1]  # the level 2q checkpoints back
+            if self._armed:
+                gain = mid - bb
+                fire = (gain < delta) & (self._first - bb < delta)
+                if g is not None:
+                    gb = g[bidx]
+                    with np.errstate(invalid="ignore"):
+                        fell = g_then - gb
+                        fire |= ((fell >= self._stuck) & (gain < delta)) | (
+                            (fell >= self.collapse_decades) & (gain < self.slowdown * (old - mid)))
+                else:
+                    fire |= (gain < delta) & (old - mid >= self.progress_mult * delta)
+            else:  # the only thing that can happen while disarmed: the best improves and re-arms
+                fire = bb < self._alarm_best - delta
+            f = first_true(fire)
+            if f < nb:
+                k = int(bidx[f])
+        elif self._g is not None:
             g = ewma(lg[:lim], self._a, self._b, self._g)
-            prev = np.array([np.nan if v is None else v for v in self._ghist], dtype=np.float64)
-            g_then = np.concatenate((prev, g))[1:lim + 1]  # the level 2p values back
-        if self._armed:
-            gain = mid - best
-            fire = (gain < delta) & (self._first - best < delta)
-            if g is not None:
-                with np.errstate(invalid="ignore"):
-                    fell = g_then - g
-                    fire |= ((fell >= self._stuck) & (gain < delta)) | (
-                        (fell >= self.collapse_decades) & (gain < self.slowdown * (old - mid)))
-            else:
-                fire |= (gain < delta) & (old - mid >= self.progress_mult * delta)
-        else:  # the only thing that can happen while disarmed: the best improves and re-arms
-            fire = best < self._alarm_best - delta
-        k = first_true(fire)
         if k:
+            if g is None and self._g is not None:
+                g = ewma(lg[:k], self._a, self._b, self._g)
             self._s = float(s[k - 1])
             self._recent.extend(s[max(0, k - self.hold):k].tolist())
-            self._top = max(self._recent)
             self._noise = float(noise[k - 1])
-            self._best = float(best[k - 1])
+            nu = int(np.searchsorted(bidx, k))  # checkpoints consumed
+            if nu:
+                self._best = float(bb[nu - 1])
             self._n += k
-            st = steps[i:i + k].tolist()
-            self._hist.extend(best[max(0, k - 2 * p - 1):k].tolist())
-            self._shist.extend(st[max(0, k - 2 * p - 1):])
+            used = bidx[:nu][-m:]
+            self._hist.extend(bb[max(0, nu - m):nu].tolist())
+            self._shist.extend(steps[i + used].tolist())
             if g is not None:
                 self._g = float(g[k - 1])
-                self._ghist.extend(g[max(0, k - 2 * p - 1):k].tolist())
+                self._ghist.extend(g[used].tolist())
             else:
-                self._ghist.extend([None] * min(k, 2 * p + 1))
-            self._last_step = st[-1]
+                self._ghist.extend([None] * len(used))
+            self._last_step = int(steps[i + k - 1])
         return k

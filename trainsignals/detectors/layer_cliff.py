@@ -139,11 +139,12 @@ class LayerGradCliff(Detector):
         f, s = self._f, self._s
         below = float(middle(f)) - f
         dropped = s - f
-        np.copyto(self._calm, step, where=(below < 1.0) & (dropped < 1.0))
+        far = np.maximum(below, dropped)
+        np.copyto(self._calm, step, where=far < 1.0)
         if self._cooldown_left:
             self._cooldown_left -= 1
             return None
-        if self._n <= self.warmup:
+        if self._n <= self.warmup or far.max() < min(self.gap, self.drop):
             return None
         cliff = below >= self.gap
         fell = dropped >= self.drop

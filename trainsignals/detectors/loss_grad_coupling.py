@@ -11,13 +11,13 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import Detector
+from ._base import PairDetector
 from ._ops import ewma, first_true
 
 _LN10 = math.log(10.0)
 
 
-class LossGradCoupling(Detector):
+class LossGradCoupling(PairDetector):
     """Flags silent collapse: the loss keeps falling while the grad norm collapses (or explodes).
 
     On ``u = log(loss)`` and ``g = log(grad_norm)`` the detector keeps smoothed levels (EWMA,

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import Detector
+from ._base import PairDetector
 from ._ops import ewma, first_true, shifted
 
 
@@ -89,7 +89,7 @@ def _spread(res: list[float]) -> float:
     return srt[(9 * len(srt)) // 10 - 1] - srt[len(srt) // 10] if len(srt) >= 10 else 0.0
 
 
-class Oscillation(Detector):
+class Oscillation(PairDetector):
     """Flags a sawtooth: the loss swings far beyond its usual noise and makes no net progress.
 
     Inputs: the loss and, optionally, the grad norm (``nan`` when unknown), both in log space.
@@ -251,11 +251,23 @@ class Oscillation(Detector):
         y = math.log(x)
         n = self._n
         bl_prev, bg_prev = self._bl, self._bg
-        self._ml, self._vl, self._bl = self._learn(y, self._ml, self._vl, self._bl, n)
+        if n >= self.warmup:  # the steady state, inlined (same arithmetic as _learn)
+            d = y - self._ml
+            self._ml = y
+            self._vl = v = self._va * abs(d) + self._vb * self._vl
+            self._bl = self._ba * v + self._bb * bl_prev
+        else:
+            self._ml, self._vl, self._bl = self._learn(y, self._ml, self._vl, self._bl, n)
         g = math.nan
         if grad - grad == 0.0 and grad > 0.0:
             g = math.log(grad)
-            self._mg, self._vg, self._bg = self._learn(g, self._mg, self._vg, self._bg, self._ng)
+            if self._ng >= self.warmup:
+                d = g - self._mg
+                self._mg = g
+                self._vg = v = self._va * abs(d) + self._vb * self._vg
+                self._bg = self._ba * v + self._bb * bg_prev
+            else:
+                self._mg, self._vg, self._bg = self._learn(g, self._mg, self._vg, self._bg, self._ng)
             self._ng += 1
         self._n = n + 1
         self._ys.append(y)
@@ -327,7 +339,11 @@ class Oscillation(Detector):
                 per = _batch_periodicity(cur[keep], w // 4)
                 if self._ng:
                     gviews = np.lib.stride_tricks.sliding_window_view(gext, w)
-                    per = np.maximum(per, _batch_periodicity(_batch_residuals(gviews[off + cs[keep] + 1 - w]), w // 4))
+                    gw = gviews[off + cs[keep] + 1 - w]
+                    gper = _batch_periodicity(_batch_residuals(gw), w // 4)
+                    # a window with a missing grad norm is left to the scalar check (it drops the gaps)
+                    gper[~np.isfinite(gw).all(axis=1)] = np.inf
+                    per = np.maximum(per, gper)
                 keep[keep] = per >= self.periodicity - 1e-6
             for c in cs[keep]:
                 lo = max(0, off + c + 1 - w4)

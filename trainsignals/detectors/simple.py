@@ -9,7 +9,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import Detector
+from ._base import Detector, PairDetector
 from ._ops import ewma, first_true
 
 
@@ -166,7 +166,7 @@ class LRAnomaly(Detector):
         return k
 
 
-class UpdateRatioBand(Detector):
+class UpdateRatioBand(PairDetector):
     """Flags an update ratio ``|Δw|/|w|`` that leaves its healthy band for a sustained stretch.
 
     The ratio is already relative to the weights' own size; healthy runs sit near
