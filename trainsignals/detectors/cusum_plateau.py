@@ -33,7 +33,8 @@ class CUSUMPlateau(PairDetector):
       previous window's progress counts as a plateau too (the loss may still creep down);
     * or, when no grad norm is known, progress stopped **abruptly**: the best improved by at
       least ``progress_mult * delta`` over the ``patience`` values before the plateau;
-    * or the loss never improved by ``delta`` since the first value (stuck from the start).
+    * or the loss never improved by ``delta`` since the first value, after ``3 * patience``
+      values (stuck from the start; a slow start after warm-up is given that long).
 
     **Converged vs stuck.** A converged run sits on a plateau too, but it still moves: its
     grad norm stays in its band (minibatch noise keeps it up). A stuck run's gradients and
@@ -79,7 +80,7 @@ class CUSUMPlateau(PairDetector):
     def __init__(
         self,
         patience: int = 200,
-        stuck_decades: float = 0.4,
+        stuck_decades: float = 0.5,
         slowdown: float = 0.25,
         collapse_decades: float = 1.5,
         hold: int = 10,
@@ -150,7 +151,7 @@ class CUSUMPlateau(PairDetector):
     def _decide(self, best: float, mid: float, old: float, delta: float, g: float | None,
                 g_then: float | None) -> bool:
         gain = mid - best
-        if gain < delta and self._first - best < delta:
+        if gain < delta and self._first - best < delta and self._n >= 3 * self.patience:
             return True
         if g is not None:
             if g_then is None:
@@ -278,7 +279,7 @@ class CUSUMPlateau(PairDetector):
                 g_then = np.concatenate((prev, g[bidx]))[1:nb + 1]  # the level 2q checkpoints back
             if self._armed:
                 gain = mid - bb
-                fire = (gain < delta) & (self._first - bb < delta)
+                fire = (gain < delta) & (self._first - bb < delta) & (self._n + 1 + bidx >= 3 * self.patience)
                 if g is not None:
                     gb = g[bidx]
                     with np.errstate(invalid="ignore"):

@@ -85,13 +85,13 @@ class SlopeDivergence(Detector):
     def __init__(
         self,
         window: int = 20,
-        threshold: float = 5.0,
+        threshold: float = 6.0,
         min_ratio: float = 1.3,
         early_steps: int = 4,
         early_ratio: float = 1.25,
         max_share: float = 0.6,
         noise_alpha: float = 0.05,
-        noise_mult: float = 4.0,
+        noise_mult: float = 6.0,
         cooldown: int = 100,
         signal: str = "loss",
     ) -> None:
