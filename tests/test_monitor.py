@@ -260,3 +260,14 @@ def test_import_pulls_in_no_framework():
             "'matplotlib', 'pandas', 'pyarrow', 'river', 'statsmodels', 'rich') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_event_memory_is_bounded_and_counted():
+    mon = ts.Monitor(max_events=5)
+    for t in range(40):
+        mon.update(step=t, loss=float("nan") if t % 2 else 1.0)
+    assert mon.n_events == 20 and len(mon.events) == 5
+    assert [e.step for e in mon.events] == [31, 33, 35, 37, 39]
+    again = ts.Monitor(max_events=5)
+    again.load_state_dict(json.loads(json.dumps(mon.state_dict())))
+    assert again.n_events == 20 and [e.step for e in again.events] == [31, 33, 35, 37, 39]

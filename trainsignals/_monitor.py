@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,6 +101,7 @@ class Monitor:
             keep it at least the detectors' cooldown (100 steps by default), since a detector
             does not repeat an ongoing failure during its cooldown.
         min_patience: smallest stall patience derived from ``total_steps``.
+        max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
         **settings: per-detector configuration, by suite name, e.g.
             ``loss_spike={"threshold": 8}``; ``name=False`` disables a detector. Suite names:
             ``nonfinite_loss``, ``nonfinite_grad_norm``, ``nonfinite_lr``,
@@ -145,6 +147,7 @@ class Monitor:
         warmup: int = 20,
         recovery: int = 100,
         min_patience: int = 50,
+        max_events: int = 10_000,
         **settings: Any,
     ) -> None:
         if total_steps is not None:
@@ -152,6 +155,7 @@ class Monitor:
         check_range("warmup", warmup, 0, None, integer=True)
         check_range("recovery", recovery, 1, None, integer=True)
         check_range("min_patience", min_patience, 2, None, integer=True)
+        check_range("max_events", max_events, 1, None, integer=True)
         names = [n for n, _, _ in _SUITE]
         unknown = sorted(set(settings) - set(names))
         if unknown:
@@ -169,6 +173,7 @@ class Monitor:
         self.warmup = warmup
         self.recovery = recovery
         self.min_patience = min_patience
+        self.max_events = max_events
         self.settings = copy.deepcopy(settings)
         self._plan: list[tuple[str, Any, tuple[str, ...]]] = []
         for name, cls, sigs in _SUITE:
@@ -195,7 +200,8 @@ class Monitor:
 
     # ------------------------------------------------------------------------------------
     def _reset(self) -> None:
-        self._events: list[Event] = []
+        self._events: deque[Event] = deque(maxlen=self.max_events)
+        self._n_events = 0
         self._step = -1
         self._n_loss = 0
         self._should_stop = False
@@ -215,8 +221,13 @@ class Monitor:
 
     @property
     def events(self) -> list[Event]:
-        """Every event so far, in order."""
+        """The events so far, in order (the latest ``max_events`` of them: memory stays bounded)."""
         return list(self._events)
+
+    @property
+    def n_events(self) -> int:
+        """How many events fired in all, including any older than the kept ``max_events``."""
+        return self._n_events
 
     @property
     def step(self) -> int:
@@ -249,6 +260,7 @@ class Monitor:
 
     # ------------------------------------------------------------------------------------
     def _record(self, events: list[Event]) -> None:
+        self._n_events += len(events)
         for ev in events:
             self._events.append(ev)
             state = _STATE_OF.get(ev.kind)
@@ -470,7 +482,7 @@ class Monitor:
     def summary(self) -> str:
         """A short report a person reads: status, steps seen, and what fired, when, why."""
         lines = [f"trainsignals: status {self.status} after step {self._step}; "
-                 f"{len(self._events)} event(s){'; STOP advised' if self._should_stop else ''}"]
+                 f"{self._n_events} event(s){'; STOP advised' if self._should_stop else ''}"]
         by_kind: dict[Kind, list[Event]] = {}
         for ev in self._events:
             by_kind.setdefault(ev.kind, []).append(ev)
@@ -495,13 +507,14 @@ class Monitor:
                 "last_state_step": dict(self._last_state_step),
                 "nonfinite_open": self._nonfinite_open,
                 "events": [e.to_dict() for e in self._events],
+                "n_events": self._n_events,
             },
             "detectors": {name: det.state_dict() for name, det, _ in self._plan},
         }
 
     def _config(self) -> dict[str, Any]:
         return {"total_steps": self.total_steps, "stop_on": self.stop_on, "warmup": self.warmup,
-                "recovery": self.recovery, "min_patience": self.min_patience,
+                "recovery": self.recovery, "min_patience": self.min_patience, "max_events": self.max_events,
                 "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -522,7 +535,7 @@ class Monitor:
             raise ValueError(f"state dict detectors differ: missing {sorted(set(names) - set(dets))}, "
                              f"unexpected {sorted(set(dets) - set(names))}")
         mon = state["monitor"]
-        mkeys = {"step", "n_loss", "should_stop", "last_state_step", "nonfinite_open", "events"}
+        mkeys = {"step", "n_loss", "should_stop", "last_state_step", "nonfinite_open", "events", "n_events"}
         if set(mon) != mkeys:
             raise ValueError(f"state dict 'monitor' keys differ: missing {sorted(mkeys - set(mon))}, "
                              f"unexpected {sorted(set(mon) - mkeys)}")
@@ -533,10 +546,11 @@ class Monitor:
         self._should_stop = bool(mon["should_stop"])
         self._last_state_step = {k: int(v) for k, v in mon["last_state_step"].items()}
         self._nonfinite_open = bool(mon["nonfinite_open"])
-        self._events = [Event.from_dict(e) for e in mon["events"]]
+        self._events = deque((Event.from_dict(e) for e in mon["events"]), maxlen=self.max_events)
+        self._n_events = int(mon["n_events"])
 
     def __repr__(self) -> str:
-        return f"Monitor(total_steps={self.total_steps!r}, status={self.status!r}, events={len(self._events)})"
+        return f"Monitor(total_steps={self.total_steps!r}, status={self.status!r}, events={self._n_events})"
 
 
 def scan(total_steps: int | None = None, **signals: Any) -> list[Event]:
