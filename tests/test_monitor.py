@@ -271,3 +271,26 @@ def test_event_memory_is_bounded_and_counted():
     again = ts.Monitor(max_events=5)
     again.load_state_dict(json.loads(json.dumps(mon.state_dict())))
     assert again.n_events == 20 and [e.step for e in again.events] == [31, 33, 35, 37, 39]
+
+
+def test_scan_accepts_lists_numpy_and_pyarrow_columns():
+    import pyarrow as pa
+
+    sig = run_curve()
+    ref = ts.Monitor().scan(step=sig["step"], loss=sig["loss"], grad_norm=sig["grad_norm"])
+    as_lists = ts.Monitor().scan(step=sig["step"].tolist(), loss=sig["loss"].tolist(),
+                                 grad_norm=sig["grad_norm"].tolist())
+    table = pa.table({"step": sig["step"], "loss": sig["loss"], "grad_norm": sig["grad_norm"]})
+    as_arrow = ts.Monitor().scan(step=table["step"], loss=table["loss"], grad_norm=table["grad_norm"])
+    assert ref and close_events(ref, as_lists) and close_events(ref, as_arrow)
+
+
+def test_scan_rejects_bad_arrays():
+    with pytest.raises(ValueError, match="equal lengths"):
+        ts.Monitor().scan(loss=[1.0, 2.0], grad_norm=[1.0])
+    with pytest.raises(TypeError, match="loss"):
+        ts.Monitor().scan(loss=["a", "b"])
+    with pytest.raises(ValueError, match="grad_norm"):
+        ts.Monitor().scan(loss=[1.0, 2.0], grad_norm=[1.0, -1.0])
+    with pytest.raises(ValueError, match="step"):
+        ts.Monitor().scan(step=[3, 2], loss=[1.0, 2.0])
