@@ -173,3 +173,66 @@ def test_vector_detectors_state_and_pickle():
     assert not any(evs)
     with pytest.raises(ValueError, match="layers changed"):
         det.update({"other": 1.0})
+
+
+def _vector_cases():
+    rng = np.random.default_rng(7)
+    n = 400
+    norms = np.exp(rng.normal(0, 0.2, (n, 5))) * np.array([1.0, 0.5, 0.3, 0.2, 0.1])
+    norms[250:, 1] *= 1e-5
+    norms[100, 2] = np.nan
+    names = [f"l{j}" for j in range(5)]
+    dead = np.clip(0.2 + np.where(np.arange(n) > 200, (np.arange(n) - 200) / 100, 0), 0, 0.99)
+    sat = np.full(n, 0.1)
+    sat[300:] = 0.8
+    loss = np.exp(-np.arange(n) / 300) * np.exp(rng.normal(0, 0.02, n))
+    val = {s: float(np.exp(-s / 300) + (0.002 * (s - 150) if s > 150 else 0)) for s in range(0, n, 20)}
+    return [
+        ("LayerGradCliff", ts.LayerGradCliff,
+         lambda d, t: d.update({k: float(v) for k, v in zip(names, norms[t])}, step=t),
+         lambda d, lo, hi: d.scan({k: norms[lo:hi, j] for j, k in enumerate(names)}, steps=np.arange(lo, hi))),
+        ("ActivationHealth", ts.ActivationHealth,
+         lambda d, t: d.update({"relu": {"dead_frac": float(dead[t]), "saturation": 0.0},
+                                "tanh": {"dead_frac": 0.0, "saturation": float(sat[t])}}, step=t),
+         lambda d, lo, hi: d.scan({"relu": {"dead_frac": dead[lo:hi], "saturation": np.zeros(hi - lo)},
+                                   "tanh": {"dead_frac": np.zeros(hi - lo), "saturation": sat[lo:hi]}},
+                                  steps=np.arange(lo, hi))),
+        ("TrainValGap", ts.TrainValGap,
+         lambda d, t: d.update(float(loss[t]), val.get(t), step=t),
+         lambda d, lo, hi: d.scan(loss[lo:hi], (np.array([s for s in val if lo <= s < hi], dtype=np.int64),
+                                                np.array([val[s] for s in val if lo <= s < hi])),
+                                  steps=np.arange(lo, hi))),
+    ]
+
+
+def _flat(evs):
+    out = []
+    for e in evs:
+        if isinstance(e, list):
+            out.extend(e)
+        elif e is not None:
+            out.append(e)
+    return out
+
+
+@pytest.mark.parametrize("case", _vector_cases(), ids=lambda c: c[0])
+@pytest.mark.parametrize("cut", [0, 137, 333])
+def test_vector_detectors_stream_scan_state_and_pickle_agree(case, cut):
+    _, factory, step_fn, scan_fn = case
+    n = 400
+    streamed = factory()
+    stream_events = _flat(step_fn(streamed, t) for t in range(n))
+    assert stream_events, "the case is built to fire"
+    batched = factory()
+    batch_events = scan_fn(batched, 0, cut) + scan_fn(batched, cut, n) if cut else scan_fn(batched, 0, n)
+    assert same(stream_events, batch_events)
+    first = factory()
+    part = _flat(step_fn(first, t) for t in range(cut))
+    resumed = factory()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    again = pickle.loads(pickle.dumps(first))
+    rest = [_flat(step_fn(d, t) for t in range(cut, n)) for d in (resumed, again)]
+    assert same(part + rest[0], stream_events) and same(part + rest[1], stream_events)
+    fresh = factory().state_dict()
+    streamed.reset()
+    assert streamed.state_dict() == fresh
