@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 from ._events import Event, Kind  # noqa: E402
 from ._monitor import STATUSES, Monitor, scan  # noqa: E402
+from ._recorder import Recorder  # noqa: E402
 from .detectors import (  # noqa: E402
     ActivationHealth,
     CUSUMPlateau,
@@ -40,6 +41,7 @@ __all__ = [
     "Monitor",
     "NonFinite",
     "Oscillation",
+    "Recorder",
     "STATUSES",
     "SlopeDivergence",
     "TrainValGap",

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import __version__
 from ._events import Event, Kind
+from ._recorder import Recorder
 from ._validate import check_range, to_float, to_step
 from .detectors import (
     ActivationHealth,
@@ -102,6 +103,8 @@ class Monitor:
             does not repeat an ongoing failure during its cooldown.
         min_patience: smallest stall patience derived from ``total_steps``.
         max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
+        recorder: receives every update and its events (e.g. a ``TraceWriter``); see
+            :class:`~trainsignals.Recorder`.
         **settings: per-detector configuration, by suite name, e.g.
             ``loss_spike={"threshold": 8}``; ``name=False`` disables a detector. Suite names:
             ``nonfinite_loss``, ``nonfinite_grad_norm``, ``nonfinite_lr``,
@@ -148,6 +151,7 @@ class Monitor:
         recovery: int = 100,
         min_patience: int = 50,
         max_events: int = 10_000,
+        recorder: Recorder | None = None,
         **settings: Any,
     ) -> None:
         if total_steps is not None:
@@ -174,6 +178,9 @@ class Monitor:
         self.recovery = recovery
         self.min_patience = min_patience
         self.max_events = max_events
+        if recorder is not None and not isinstance(recorder, Recorder):
+            raise ValueError(f"recorder must have record() and record_batch() methods, got {recorder!r}")
+        self.recorder = recorder
         self.settings = copy.deepcopy(settings)
         self._plan: list[tuple[str, Any, tuple[str, ...]]] = []
         for name, cls, sigs in _SUITE:
@@ -354,6 +361,9 @@ class Monitor:
                 self._nonfinite_open = True
         if out:
             self._record(out)
+        if self.recorder is not None:
+            self.recorder.record(step=s, signals=vals, layer_grad_norms=layers,
+                                 activations=None if acts is None else (acts[0], acts[1]), events=out)
         return out
 
     # ------------------------------------------------------------------------------------
@@ -452,6 +462,9 @@ class Monitor:
                 self._nonfinite_open = not bool(fin[-1])
         self._record(out)
         self._step = max(last)
+        if self.recorder is not None:
+            self.recorder.record_batch(steps=steps, signals=dense, val_loss=val,
+                                       layer_grad_norms=layers, activations=acts, events=out)
         return out
 
     @staticmethod
