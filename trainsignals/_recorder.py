@@ -47,10 +47,10 @@ class Recorder(Protocol):
         steps: np.ndarray,
         signals: Mapping[str, np.ndarray],
         val_loss: tuple[np.ndarray, np.ndarray] | None,
-        layer_grad_norms: tuple[np.ndarray, np.ndarray, tuple[str, ...]] | None,
+        layer_grad_norms: tuple[np.ndarray, np.ndarray, tuple[str, ...] | None] | None,
         activations: tuple[np.ndarray, Mapping[str, Any]] | None,
         events: Sequence[Event],
     ) -> None:
         """One ``scan``: dense signals aligned with ``steps``; ``val_loss`` as ``(steps, values)``;
-        ``layer_grad_norms`` as ``(steps, matrix (n, layers), names)``; ``activations`` as
+        ``layer_grad_norms`` as ``(steps, matrix (n, layers), names or None when unnamed)``; ``activations`` as
         ``(steps, {layer: {stat: array}})``; all the events the scan raised."""
