@@ -294,3 +294,30 @@ def test_scan_rejects_bad_arrays():
         ts.Monitor().scan(loss=[1.0, 2.0], grad_norm=[1.0, -1.0])
     with pytest.raises(ValueError, match="step"):
         ts.Monitor().scan(step=[3, 2], loss=[1.0, 2.0])
+
+
+def test_gaps_in_dense_signals_mean_not_measured():
+    import pyarrow as pa
+
+    sig = run_curve()
+    n = len(sig["step"])
+    rng = np.random.default_rng(9)
+    gaps = rng.random(n) < 0.3
+    gaps[1150] = False  # keep the measured NaN
+    loss = np.ma.masked_array(sig["loss"], mask=gaps)
+    grad_gaps = rng.random(n) < 0.2
+    # streaming: a gap is simply not passed
+    mon = ts.Monitor()
+    streamed = []
+    for t in range(n):
+        kw = {}
+        if not gaps[t]:
+            kw["loss"] = float(sig["loss"][t])
+        if not grad_gaps[t]:
+            kw["grad_norm"] = float(sig["grad_norm"][t])
+        streamed += mon.update(step=t, **kw)
+    grad = pa.array(np.where(grad_gaps, np.nan, sig["grad_norm"]), mask=grad_gaps)
+    batched = ts.Monitor().scan(step=sig["step"], loss=loss, grad_norm=grad)
+    assert close_events(streamed, batched)
+    nonfinite = [e for e in batched if e.kind is ts.Kind.NONFINITE]
+    assert [e.step for e in nonfinite] == [1150]

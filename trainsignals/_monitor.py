@@ -382,7 +382,8 @@ class Monitor:
         """Batch path: whole arrays in, exactly the events of feeding :meth:`update` step by step.
 
         Dense signals (``loss``, ``grad_norm``, ``lr``, ``update_ratio``) are 1-D arrays aligned
-        with ``step``. A signal sampled at its own cadence is a ``(steps, values)`` pair:
+        with ``step``; a gap — a masked entry of a NumPy masked array or a null of a pyarrow
+        array — means "not measured at this step" (a NaN is a measured non-finite value). A signal sampled at its own cadence is a ``(steps, values)`` pair:
         ``val_loss=(val_steps, val_values)``, ``layer_grad_norms=(steps, {name: array})`` and
         ``activations=(steps, {layer: {"dead_frac": array, "saturation": array}})``;
         ``layer_grad_norms`` and ``activations`` may also be aligned with ``step`` directly
@@ -391,12 +392,15 @@ class Monitor:
         advances as if every step had been fed.
         """
         dense: dict[str, np.ndarray] = {}
+        measured: dict[str, np.ndarray] = {}  # where a dense signal has gaps: True = measured
         for name, v in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr), ("update_ratio", update_ratio)):
             if v is not None:
-                arr = _as_1d(name, v)
+                arr, mask = _dense_column(name, v)
                 if name in _NONNEG and np.any(arr < 0):
                     raise ValueError(f"{name} must be >= 0")
                 dense[name] = arr
+                if mask is not None:
+                    measured[name] = mask
         lengths = {len(a) for a in dense.values()}
         if len(lengths) > 1:
             raise ValueError(f"dense signals must have equal lengths, got {sorted(lengths)}")
@@ -423,6 +427,11 @@ class Monitor:
             elif sigs == ("val_loss",):
                 if val is not None:
                     evs = det.scan(val[1], steps=val[0])
+            elif name.startswith("nonfinite_") and sigs[0] in measured:
+                # a gap is "not measured", not a non-finite value: the NonFinite detector sees only
+                # measured entries; every other detector skips the nan that fills a gap
+                mask = measured[sigs[0]]
+                evs = det.scan(dense[sigs[0]][mask], steps=steps[mask])
             elif sigs == ("layer_grad_norms",):
                 if layers is not None:
                     if np.any(layers[1] < 0):
@@ -456,14 +465,18 @@ class Monitor:
         if acts is not None and len(acts[0]):
             last.append(int(acts[0].max()))
         if "loss" in dense:
-            fin = np.isfinite(dense["loss"])
+            lv = dense["loss"]
+            if "loss" in measured:
+                lv = lv[measured["loss"]]
+            fin = np.isfinite(lv)
             self._n_loss += int(fin.sum())
             if len(fin):
                 self._nonfinite_open = not bool(fin[-1])
         self._record(out)
         self._step = max(last)
         if self.recorder is not None:
-            self.recorder.record_batch(steps=steps, signals=dense, val_loss=val,
+            rec = {k: (np.ma.masked_array(v, mask=~measured[k]) if k in measured else v) for k, v in dense.items()}
+            self.recorder.record_batch(steps=steps, signals=rec, val_loss=val,
                                        layer_grad_norms=layers, activations=acts, events=out)
         return out
 
@@ -564,6 +577,24 @@ class Monitor:
 
     def __repr__(self) -> str:
         return f"Monitor(total_steps={self.total_steps!r}, status={self.status!r}, events={self._n_events})"
+
+
+def _dense_column(name: str, v: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """A dense signal as float64 with nan in its gaps, and the measured mask (None: no gaps)."""
+    if isinstance(v, np.ma.MaskedArray):
+        mask = ~np.ma.getmaskarray(v).reshape(-1)
+        arr = _as_1d(name, np.ma.getdata(v)).copy()
+        arr[~mask] = np.nan
+        return arr, (None if mask.all() else mask)
+    if type(v).__module__.split(".")[0] == "pyarrow" and hasattr(v, "null_count"):
+        if v.null_count:
+            import pyarrow.compute as pc
+
+            mask = np.asarray(pc.is_valid(v), dtype=bool)
+            arr = _as_1d(name, pc.fill_null(v.cast("float64"), float("nan")).to_numpy())
+            return arr, mask
+        return _as_1d(name, v.to_numpy()), None
+    return _as_1d(name, v), None
 
 
 def scan(total_steps: int | None = None, **signals: Any) -> list[Event]:
