@@ -45,7 +45,8 @@ class SlopeDivergence(Detector):
       (weight ``noise_alpha``) of the second difference ``|y[t] - 2y[t-1] + y[t-2]|``: the
       run's irregularity, which a steady geometric climb does not inflate. Catches geometric
       growth from the first steps, within ``early_steps + 1`` values.
-    * **window trend** — over the last ``window`` values the least-squares slope has
+    * **window trend** — over the last ``window`` values (from ``window // 2`` values on, at the
+      start of a run) the least-squares slope has
       t-statistic ``>= threshold`` and the fitted rise ``slope*(window-1)`` is at least
       ``log(min_ratio)``; candidates are only examined when the newest value sits
       ``max(log(min_ratio), noise)`` above the oldest. Catches slow divergence
@@ -169,7 +170,7 @@ class SlopeDivergence(Detector):
                     and all(buf[-k] > buf[-k - 1] for k in range(1, m + 1))
                     and self._early_ok(buf)):
                 return self._event(step, self._sbuf[-m - 1], total, m, None)
-        if nb == self.window and y - buf[0] >= self._min_rise and y - buf[0] >= noise_prev:
+        if nb >= self.window // 2 and y - buf[0] >= self._min_rise and y - buf[0] >= noise_prev:
             ok, slope, t = self._trend_ok(buf)
             if ok:
                 lo = min(range(nb), key=buf.__getitem__)
