@@ -162,17 +162,6 @@ class Detector:
         Raises:
             TypeError: a value is not a real number (the message names the signal).
         """
-        if len(more) == 1 and len(self.signals) == 2:
-            y = more[0]
-            if type(x) is not float:
-                x = to_float(self.signals[0], x)
-            if type(y) is not float:
-                y = to_float(self.signals[1], y)
-            if step is None:
-                step = self._last_step + 1  # type: ignore[attr-defined]
-            elif type(step) is not int:
-                step = to_step(step)
-            return self._step(x, y, step)  # type: ignore[call-arg, arg-type]
         if more or len(self.signals) != 1:
             if len(more) + 1 != len(self.signals):
                 raise TypeError(
