@@ -52,7 +52,7 @@ __all__ = [
 
 
 def __getattr__(name: str):  # lazy submodules: keep `import trainsignals` light
-    if name in ("testing", "curves", "bench", "baselines"):
+    if name in ("testing", "curves", "bench", "baselines", "importers", "traces", "report", "plot"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -1,0 +1,1039 @@
+"""Read other tools' training logs and replay them through the detectors.
+
+Each importer returns an :class:`ImportedRun`: the sorted unique ``steps``, our ``signals``
+(``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss``) and every other numeric column
+(``extra``) as float64 masked arrays aligned with ``steps``, plus what the source says about the
+run (``metadata``). :meth:`ImportedRun.scan_kwargs` gives the keyword arguments of
+:meth:`trainsignals.Monitor.scan`::
+
+    run = import_run("out/checkpoint-500/trainer_state.json")
+    events = trainsignals.Monitor().scan(**run.scan_kwargs())
+
+**Missing is not NaN.** An empty CSV cell, an absent JSON key, a JSON ``null`` or a step at which
+a TensorBoard tag has no value means *not measured*: the entry is masked. A literal ``nan`` /
+``inf`` (``NaN`` / ``Infinity`` in JSON) is a measured non-finite value: it is not masked and
+the Monitor reports it. In CSV cells and JSON strings, ``""``, ``none``, ``null``, ``na``,
+``n/a`` (any case) also mean not measured. The data under a mask is NaN; only the mask says
+"not measured".
+
+**Merging.** Rows (log entries, CSV rows, TensorBoard events) that share a step are merged into
+one step; where a column is measured more than once at a step, the last value in file order
+wins and the number of conflicting values is reported in ``metadata["conflicts"]``.
+
+**Steps.** The step column is ``step`` (CSV/JSONL: ``step_column``, falling back to
+``global_step``, ``trainer/global_step``, ``train/global_step``, ``_step``, ``iteration``,
+``iter``). When none of them exists, the row order is the step (0, 1, 2, ...) and
+``metadata["step_column"]`` is None. Steps must be integers; a row without a step where the
+column exists is an error.
+
+**Default name mappings** (first match wins, in this order; names are matched case-insensitively,
+``*`` is a wildcard; wildcards never match ``*-momentum`` or ``*-weight_decay``, which Lightning's
+``LearningRateMonitor`` logs beside the learning rate). Every mapping is overridable with
+``mapping={"loss": "my_loss_col", "lr": None}`` (None: do not import that signal); an unknown
+signal name is a ``ValueError``.
+
+=================== =============================== ================================================
+tool                signal                          source names
+=================== =============================== ================================================
+``hf-trainer``      ``loss``                        ``loss``
+                    ``grad_norm``                   ``grad_norm``
+                    ``lr``                          ``learning_rate``
+                    ``val_loss``                    ``eval_loss``
+``lightning-csv``   ``loss``                        ``train_loss_step``, ``train_loss``,
+                                                    ``loss_step``, ``loss``, ``train/loss``,
+                                                    ``training_loss``
+                    ``grad_norm``                   ``grad_norm_step``, ``grad_norm``,
+                                                    ``grad_2.0_norm_total``, ``grad_norm_total``,
+                                                    ``train/grad_norm``
+                    ``lr``                          ``lr-*`` (``LearningRateMonitor``), ``lr``,
+                                                    ``learning_rate``, ``lr_step``
+                    ``update_ratio``                ``update_ratio_step``, ``update_ratio``
+                    ``val_loss``                    ``val_loss``, ``val_loss_epoch``,
+                                                    ``valid_loss``, ``validation_loss``,
+                                                    ``val/loss``
+``csv``, ``jsonl``  ``loss``                        ``loss``, ``train_loss``, ``train/loss``,
+                                                    ``training_loss``, ``loss_step``,
+                                                    ``train_loss_step``, ``Loss/train``
+                    ``grad_norm``                   ``grad_norm``, ``train/grad_norm``,
+                                                    ``gradient_norm``, ``grad_norm_total``,
+                                                    ``grad_2.0_norm_total``, ``global_grad_norm``
+                    ``lr``                          ``lr``, ``learning_rate``, ``train/lr``,
+                                                    ``train/learning_rate``, ``lr-*``
+                    ``update_ratio``                ``update_ratio``, ``train/update_ratio``
+                    ``val_loss``                    ``val_loss``, ``eval_loss``, ``valid_loss``,
+                                                    ``validation_loss``, ``val/loss``,
+                                                    ``eval/loss``, ``validation/loss``,
+                                                    ``Loss/val``
+``tensorboard``     ``loss``                        ``train/loss``, ``loss``, ``train_loss``,
+                                                    ``train_loss_step``, ``Loss/train``,
+                                                    ``training/loss``, ``train/epoch_loss``
+                    ``grad_norm``                   ``train/grad_norm``, ``grad_norm``,
+                                                    ``grad_2.0_norm_total``, ``grad_norm/total``
+                    ``lr``                          ``train/learning_rate``, ``train/lr``, ``lr``,
+                                                    ``learning_rate``, ``lr-*``,
+                                                    ``train/epoch_learning_rate``
+                    ``update_ratio``                ``train/update_ratio``, ``update_ratio``
+                    ``val_loss``                    ``val/loss``, ``eval/loss``, ``val_loss``,
+                                                    ``eval_loss``, ``Loss/val``,
+                                                    ``Loss/validation``, ``validation/loss``,
+                                                    ``valid/loss``, ``validation/epoch_loss``
+=================== =============================== ================================================
+
+The same table is :data:`DEFAULT_MAPPINGS`. Columns not mapped to a signal and not the step are
+kept in ``extra`` when numeric; a column with a non-numeric value is skipped and listed in
+``metadata["skipped_columns"]`` — unless it is mapped to a signal, which is a ``ValueError``.
+
+Example:
+    >>> import json, os, tempfile
+    >>> from trainsignals.importers import import_run
+    >>> d = tempfile.mkdtemp()
+    >>> p = os.path.join(d, "log.jsonl")
+    >>> with open(p, "w") as f:
+    ...     for row in [{"step": 0, "loss": 2.0, "lr": 0.1}, {"step": 1, "loss": float("nan")},
+    ...                 {"step": 2, "val_loss": 1.5, "tokens": 4096}]:
+    ...         _ = f.write(json.dumps(row) + "\\n")
+    >>> run = import_run(p)
+    >>> run.tool, run.steps.tolist(), sorted(run.signals), sorted(run.extra)
+    ('jsonl', [0, 1, 2], ['loss', 'lr', 'val_loss'], ['tokens'])
+    >>> run.signals["loss"]          # step 1: measured NaN; step 2: not measured
+    masked_array(data=[2.0, nan, --], mask=[False, False,  True], fill_value=nan)
+    >>> sorted(run.scan_kwargs())
+    ['loss', 'lr', 'step', 'val_loss']
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_MAPPINGS",
+    "DENSE_SIGNALS",
+    "SIGNALS",
+    "STEP_ALIASES",
+    "TOOLS",
+    "ImportedRun",
+    "import_csv",
+    "import_hf_trainer_state",
+    "import_jsonl",
+    "import_lightning_csv",
+    "import_run",
+    "import_tensorboard",
+]
+
+SIGNALS: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
+"""Our signal names an importer can fill."""
+DENSE_SIGNALS: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio")
+"""Signals :meth:`ImportedRun.scan_kwargs` passes aligned with ``step`` (``val_loss`` is a pair)."""
+TOOLS: tuple[str, ...] = ("hf-trainer", "lightning-csv", "csv", "jsonl", "tensorboard")
+"""Values of :attr:`ImportedRun.tool` and of ``import_run(tool=...)``."""
+STEP_ALIASES: tuple[str, ...] = (
+    "step", "global_step", "trainer/global_step", "train/global_step", "_step", "iteration", "iter",
+)
+"""Step column names tried, in order, when ``step_column`` is left at ``"step"``."""
+
+_GENERIC: dict[str, tuple[str, ...]] = {
+    "loss": ("loss", "train_loss", "train/loss", "training_loss", "loss_step", "train_loss_step", "Loss/train"),
+    "grad_norm": ("grad_norm", "train/grad_norm", "gradient_norm", "grad_norm_total", "grad_2.0_norm_total",
+                  "global_grad_norm"),
+    "lr": ("lr", "learning_rate", "train/lr", "train/learning_rate", "lr-*"),
+    "update_ratio": ("update_ratio", "train/update_ratio"),
+    "val_loss": ("val_loss", "eval_loss", "valid_loss", "validation_loss", "val/loss", "eval/loss",
+                 "validation/loss", "Loss/val"),
+}
+
+DEFAULT_MAPPINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "hf-trainer": {
+        "loss": ("loss",),
+        "grad_norm": ("grad_norm",),
+        "lr": ("learning_rate",),
+        "val_loss": ("eval_loss",),
+    },
+    "lightning-csv": {
+        "loss": ("train_loss_step", "train_loss", "loss_step", "loss", "train/loss", "training_loss"),
+        "grad_norm": ("grad_norm_step", "grad_norm", "grad_2.0_norm_total", "grad_norm_total", "train/grad_norm"),
+        "lr": ("lr-*", "lr", "learning_rate", "lr_step"),
+        "update_ratio": ("update_ratio_step", "update_ratio"),
+        "val_loss": ("val_loss", "val_loss_epoch", "valid_loss", "validation_loss", "val/loss"),
+    },
+    "csv": _GENERIC,
+    "jsonl": _GENERIC,
+    "tensorboard": {
+        "loss": ("train/loss", "loss", "train_loss", "train_loss_step", "Loss/train", "training/loss",
+                 "train/epoch_loss"),
+        "grad_norm": ("train/grad_norm", "grad_norm", "grad_2.0_norm_total", "grad_norm/total"),
+        "lr": ("train/learning_rate", "train/lr", "lr", "learning_rate", "lr-*", "train/epoch_learning_rate"),
+        "update_ratio": ("train/update_ratio", "update_ratio"),
+        "val_loss": ("val/loss", "eval/loss", "val_loss", "eval_loss", "Loss/val", "Loss/validation",
+                     "validation/loss", "valid/loss", "validation/epoch_loss"),
+    },
+}
+"""Per tool: our signal -> source names tried in order (see the module docstring's table)."""
+
+_WILDCARD_EXCLUDE = ("*-momentum", "*-weight_decay")
+_MISSING_TOKENS = frozenset({"", "none", "null", "na", "n/a"})
+_TB_INSTALL_HINT = "pip install trainsignals[tensorboard]"
+
+
+class _NotNumber(Exception):
+    def __init__(self, value: Any, row: int = -1) -> None:
+        super().__init__(value, row)
+        self.value = value
+        self.row = row
+
+
+@dataclass(eq=False)
+class ImportedRun:
+    """A run read from another tool's log.
+
+    Attributes:
+        source: The file (or directory) read.
+        tool: ``"hf-trainer"``, ``"lightning-csv"``, ``"csv"``, ``"jsonl"`` or ``"tensorboard"``.
+        steps: int64, sorted unique steps.
+        signals: Our names (``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss``) ->
+            float64 masked arrays aligned with ``steps``; masked = not measured at that step, a
+            NaN/Inf that is not masked was measured. Only signals found in the source appear.
+        extra: Every other numeric column, the same way (``epoch``, ``eval_accuracy``, ...).
+        metadata: What the source says about the run, and how it was read: ``mapping``
+            (signal -> source name used), ``step_column`` (None: row order), ``conflicts``
+            (column -> values overwritten by a later one at the same step), ``skipped_columns``
+            (non-numeric column -> first offending value), plus tool-specific keys (HF: the
+            ``trainer_state.json`` fields and ``train_summary``; TensorBoard: ``files``,
+            ``runs``, ``tags``).
+    """
+
+    source: str
+    tool: str
+    steps: np.ndarray
+    signals: dict[str, np.ma.MaskedArray]
+    extra: dict[str, np.ma.MaskedArray] = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+
+    def scan_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :meth:`trainsignals.Monitor.scan`.
+
+        ``step`` and the dense signals (``loss``, ``grad_norm``, ``lr``, ``update_ratio``) as
+        masked arrays aligned with it (masked = not measured), each only if it has at least one
+        measured value (``step`` only if some dense signal is passed); ``val_loss`` as a
+        ``(steps, values)`` pair of its measured entries, if any.
+        """
+        kw: dict[str, Any] = {}
+        for name in DENSE_SIGNALS:
+            sig = self.signals.get(name)
+            if sig is not None and sig.count() > 0:
+                kw[name] = sig.copy()
+        if kw:
+            kw = {"step": self.steps.copy(), **kw}
+        val = self.signals.get("val_loss")
+        if val is not None and val.count() > 0:
+            measured = ~np.ma.getmaskarray(val)
+            kw["val_loss"] = (self.steps[measured].copy(), np.ma.getdata(val)[measured].copy())
+        return kw
+
+    def to_arrow(self) -> Any:
+        """The run as a ``pyarrow.Table``: ``step``, the signals, then the extras.
+
+        A not-measured entry is a null; a measured NaN stays NaN. ``Monitor.scan`` reads pyarrow
+        nulls as "not measured", so the columns can be scanned directly. An extra whose name is
+        already taken (a source column literally named ``loss`` while ``loss`` was mapped from
+        another one) is named ``extra/<name>``.
+        """
+        import pyarrow as pa
+
+        cols: dict[str, Any] = {"step": pa.array(self.steps, type=pa.int64())}
+        for name, arr in [*self.signals.items(), *((f"extra/{k}" if k in cols or k in self.signals else k, v)
+                                                   for k, v in self.extra.items())]:
+            cols[name] = pa.array(np.ma.getdata(arr), type=pa.float64(), mask=np.ma.getmaskarray(arr))
+        return pa.table(cols)
+
+    def __repr__(self) -> str:
+        def counts(d: dict[str, np.ma.MaskedArray]) -> str:
+            return "{" + ", ".join(f"{k}: {v.count()}" for k, v in d.items()) + "}"
+
+        span = f"{int(self.steps[0])}..{int(self.steps[-1])}" if len(self.steps) else "-"
+        return (f"ImportedRun(tool={self.tool!r}, source={self.source!r}, steps={len(self.steps)} [{span}], "
+                f"signals={counts(self.signals)}, extra={counts(self.extra)})")
+
+
+# --------------------------------------------------------------------------------------------
+# shared machinery: raw columns -> parsed columns -> mapping -> aligned masked arrays
+
+
+def _cell_to_float(v: Any) -> float | None:
+    """A cell as float, None when not measured; raises _NotNumber."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise _NotNumber(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        s = v.strip()
+        if s.lower() in _MISSING_TOKENS:
+            return None
+        try:
+            return float(s)
+        except ValueError:
+            raise _NotNumber(v) from None
+    raise _NotNumber(v)
+
+
+def _parse_column(cells: Iterable[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """(row index, raw cell) pairs -> (rows measured, float values)."""
+    rows: list[int] = []
+    vals: list[float] = []
+    for i, c in cells:
+        try:
+            x = _cell_to_float(c)
+        except _NotNumber as exc:
+            raise _NotNumber(exc.value, i) from None
+        if x is not None:
+            rows.append(i)
+            vals.append(x)
+    return np.asarray(rows, dtype=np.int64), np.asarray(vals, dtype=np.float64)
+
+
+def _as_step(v: Any) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v  # exact, even beyond 2**53
+    if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+        return int(v)
+    x = _cell_to_float(v)
+    if x is None:
+        return None
+    if not math.isfinite(x) or x != int(x):
+        raise _NotNumber(v)
+    return int(x)
+
+
+def _check_mapping(source: str, mapping: Mapping[str, str | None] | None) -> dict[str, str | None]:
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"mapping must be a dict of signal -> source column, got {type(mapping).__name__}")
+    unknown = [k for k in mapping if k not in SIGNALS]
+    if unknown:
+        raise ValueError(f"unknown mapping target(s) {', '.join(map(repr, unknown))} for {source}; "
+                         f"expected some of {', '.join(SIGNALS)}")
+    bad = {k: v for k, v in mapping.items() if v is not None and not isinstance(v, str)}
+    if bad:
+        raise ValueError(f"mapping values must be column names (str) or None, got {bad!r}")
+    used: dict[str, str] = {}
+    for k, v in mapping.items():
+        if v is not None:
+            if v in used:
+                raise ValueError(f"mapping sends column {v!r} to both {used[v]!r} and {k!r}")
+            used[v] = k
+    return dict(mapping)
+
+
+def _matches(pattern: str, name: str) -> bool:
+    p, n = pattern.lower(), name.lower()
+    if "*" not in p:
+        return p == n
+    return fnmatch.fnmatchcase(n, p) and not any(fnmatch.fnmatchcase(n, x) for x in _WILDCARD_EXCLUDE)
+
+
+def _resolve(source: str, what: str, columns: Sequence[str], defaults: Mapping[str, Sequence[str]],
+             mapping: dict[str, str | None]) -> dict[str, str]:
+    """Our signal -> source column, explicit mapping first, then the defaults in priority order."""
+    out: dict[str, str] = {}
+    missing = [v for v in mapping.values() if v is not None and v not in columns]
+    if missing:
+        shown = ", ".join(map(repr, list(columns)[:30])) + (", ..." if len(columns) > 30 else "")
+        raise ValueError(f"{source}: mapped {what}(s) {', '.join(map(repr, missing))} not found; "
+                         f"available: {shown or 'none'}")
+    taken = {v for v in mapping.values() if v is not None}
+    for sig in SIGNALS:
+        if sig in mapping:
+            col = mapping[sig]
+            if col is not None:
+                out[sig] = col
+            continue
+        for pattern in defaults.get(sig, ()):
+            hit = next((c for c in columns if c not in taken and _matches(pattern, c)), None)
+            if hit is not None:
+                out[sig] = hit
+                taken.add(hit)
+                break
+    return out
+
+
+def _find_step_column(source: str, columns: Sequence[str], step_column: str | None) -> str | None:
+    if step_column is None:
+        return None
+    if not isinstance(step_column, str):
+        raise ValueError(f"step_column must be a column name or None, got {step_column!r}")
+    if step_column in columns:
+        return step_column
+    if step_column != "step":
+        raise ValueError(f"{source}: step column {step_column!r} not found; available: "
+                         f"{', '.join(map(repr, list(columns)[:30])) or 'none'} (step_column=None: use row order)")
+    return next((a for a in STEP_ALIASES if a in columns), None)
+
+
+def _build(source: str, tool: str, what: str, row_label: str, n_rows: int, columns: dict[str, list[tuple[int, Any]]],
+           step_col: str | None, defaults: Mapping[str, Sequence[str]], mapping: dict[str, str | None],
+           metadata: dict) -> ImportedRun:
+    """Raw row-oriented cells -> an ImportedRun (steps from ``step_col`` or the row order)."""
+    if step_col is None:
+        row_steps = np.arange(n_rows, dtype=np.int64)
+    else:
+        cells = dict(columns[step_col])
+        row_steps = np.empty(n_rows, dtype=np.int64)
+        for i in range(n_rows):
+            try:
+                s = _as_step(cells.get(i))
+            except _NotNumber:
+                raise ValueError(f"{source}: {row_label} {i + 1} has a step {cells.get(i)!r} in {step_col!r} "
+                                 "that is not an integer") from None
+            if s is None:
+                raise ValueError(f"{source}: {row_label} {i + 1} has no step in {step_col!r} "
+                                 "(step_column=None: use the row order)")
+            row_steps[i] = s
+    names = [c for c in columns if c != step_col]
+    if step_col is not None and step_col in mapping.values():
+        raise ValueError(f"{source}: {what} {step_col!r} is the step; it cannot be mapped to a signal")
+    chosen = _resolve(source, what, names, defaults, mapping)
+    by_col = {c: s for s, c in chosen.items()}
+    parsed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    skipped: dict[str, str] = {}
+    for c in names:
+        try:
+            rows, vals = _parse_column(columns[c])
+        except _NotNumber as exc:
+            row, value = exc.row, exc.value
+            if c in by_col:
+                how = "by mapping" if c in mapping.values() else "by default"
+                raise ValueError(f"{source}: {what} {c!r} (mapped to {by_col[c]} {how}) is not numeric: "
+                                 f"{row_label} {row + 1} has {value!r}; map {by_col[c]!r} to another "
+                                 f"{what} or to None") from None
+            skipped[c] = repr(value)
+            continue
+        parsed[c] = (row_steps[rows], vals)
+    metadata.update(mapping=dict(chosen), step_column=step_col)
+    if skipped:
+        metadata["skipped_columns"] = skipped
+    return _align(source, tool, row_steps, parsed, chosen, metadata)
+
+
+def _align(source: str, tool: str, all_steps: np.ndarray, parsed: dict[str, tuple[np.ndarray, np.ndarray]],
+           chosen: dict[str, str], metadata: dict) -> ImportedRun:
+    """Per-column (steps, values) in file order -> masked arrays on the sorted unique steps."""
+    steps = np.unique(all_steps).astype(np.int64)
+    conflicts: dict[str, int] = {}
+    arrays: dict[str, np.ma.MaskedArray] = {}
+    for name, (st, vals) in parsed.items():
+        data = np.full(len(steps), np.nan)
+        measured = np.zeros(len(steps), dtype=bool)
+        if len(st):
+            idx = np.searchsorted(steps, st)
+            rev_unique, rev_first = np.unique(idx[::-1], return_index=True)
+            last = len(idx) - 1 - rev_first  # the last value in file order wins
+            data[rev_unique] = vals[last]
+            measured[rev_unique] = True
+            kept = data[idx]
+            same = (vals == kept) | (np.isnan(vals) & np.isnan(kept))
+            if not same.all():
+                conflicts[name] = int((~same).sum())
+        arrays[name] = np.ma.MaskedArray(data, mask=~measured, fill_value=np.nan)
+    if conflicts:
+        metadata["conflicts"] = conflicts
+    signals = {sig: arrays.pop(col) for sig, col in chosen.items() if col in arrays}
+    signals = {s: signals[s] for s in SIGNALS if s in signals}
+    return ImportedRun(source=source, tool=tool, steps=steps, signals=signals, extra=arrays, metadata=metadata)
+
+
+def _read_text(path: Path, expected: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file; expected {expected}") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a directory; expected {expected}") from None
+
+
+def _path(path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such file or directory: {p}")
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# JSON records (HF Trainer log_history, JSONL)
+
+
+def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+def _records_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[int, Any]]]:
+    columns: dict[str, list[tuple[int, Any]]] = {}
+    for i, rec in enumerate(records):
+        for k, v in _flatten(rec).items():
+            columns.setdefault(k, []).append((i, v))
+    return columns
+
+
+def import_hf_trainer_state(path: str | os.PathLike[str],
+                            mapping: Mapping[str, str | None] | None = None) -> ImportedRun:
+    """Read a Hugging Face ``Trainer`` ``trainer_state.json`` (saved in every checkpoint).
+
+    ``log_history`` holds training entries (``loss``, ``grad_norm``, ``learning_rate``,
+    ``epoch``, ``step``) and separate evaluation entries (``eval_loss``, ``eval_*``, ``epoch``,
+    ``step``); they are merged by ``step``. The run summary ``Trainer.train`` logs at the end
+    (the entry with ``train_runtime``: ``train_loss`` is an average over the run, not a step's
+    loss) goes to ``metadata["train_summary"]``, not into the columns.
+
+    ========================= ==================== ==============================================
+    ``log_history`` key       becomes              notes
+    ========================= ==================== ==============================================
+    ``loss``                  ``signals["loss"]``  mean training loss since the last log
+    ``grad_norm``             ``grad_norm``        before clipping
+    ``learning_rate``         ``lr``
+    ``eval_loss``             ``val_loss``
+    other numeric keys        ``extra[key]``       ``epoch``, ``eval_accuracy``, ``eval_runtime``,
+                                                   ``num_input_tokens_seen``, ...
+    ``step``                  ``steps``            required in every entry
+    ========================= ==================== ==============================================
+
+    JSON ``NaN`` / ``Infinity`` are measured non-finite values; an absent key or ``null`` is
+    not measured. Note that the Trainer's default ``logging_nan_inf_filter=True`` replaces a
+    non-finite loss by the running mean before logging it, so only a run with the filter off
+    shows NaN losses (a non-finite ``grad_norm`` is always logged as such).
+
+    Args:
+        path: The ``trainer_state.json`` file, or a checkpoint directory containing it.
+        mapping: Overrides, e.g. ``{"val_loss": "eval_nll"}``; None leaves a signal out.
+
+    Returns:
+        The run; ``metadata`` holds the file's other fields (``global_step``, ``max_steps``,
+        ``epoch``, ``best_metric``, ``best_model_checkpoint``, ``logging_steps``, ...).
+
+    Raises:
+        FileNotFoundError: No such file.
+        ValueError: Not a ``trainer_state.json`` (not a JSON object with a ``log_history`` list
+            of entries that each have a ``step``), or a bad ``mapping``.
+    """
+    p = _path(path)
+    if p.is_dir():
+        p = p / "trainer_state.json"
+        if not p.exists():
+            raise FileNotFoundError(f"no trainer_state.json in {p.parent}")
+    source = str(p)
+    expected = "a Hugging Face trainer_state.json (a JSON object with a 'log_history' list)"
+    text = _read_text(p, expected)
+    try:
+        state = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source} is not valid JSON ({exc}); expected {expected}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+        raise ValueError(f"{source} is not a trainer_state.json: expected {expected}")
+    mp = _check_mapping(source, mapping)
+    entries: list[Mapping[str, Any]] = []
+    summary: dict[str, Any] = {}
+    for i, e in enumerate(state["log_history"]):
+        if not isinstance(e, dict):
+            raise ValueError(f"{source}: log_history entry {i + 1} is not an object: {e!r}")
+        if "step" not in e:
+            raise ValueError(f"{source}: log_history entry {i + 1} has no 'step': {e!r}")
+        if "train_runtime" in e:
+            summary.update(e)
+        else:
+            entries.append(e)
+    metadata = {k: v for k, v in state.items() if k != "log_history"}
+    if summary:
+        metadata["train_summary"] = summary
+    columns = _records_columns(entries)
+    if not entries:
+        columns["step"] = []
+    return _build(source, "hf-trainer", "key", "log_history entry", len(entries), columns, "step",
+                  DEFAULT_MAPPINGS["hf-trainer"], mp, metadata)
+
+
+def _refuse_single_object(text: str, source: str, expected: str) -> None:
+    """Explain a pretty-printed JSON object given where JSON Lines were expected."""
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        return
+    if isinstance(whole, dict):
+        hint = ("; it is a Hugging Face trainer_state.json: use import_hf_trainer_state"
+                if isinstance(whole.get("log_history"), list) else "")
+        raise ValueError(f"{source} holds one JSON object spread over several lines, not {expected}{hint}")
+
+
+def _load_json_records(p: Path, source: str) -> list[Mapping[str, Any]]:
+    expected = "JSON Lines (one JSON object per line)"
+    text = _read_text(p, expected)
+    stripped = text.lstrip()
+    if stripped.startswith("["):  # a JSON array of objects is accepted too
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{source} is not valid JSON ({exc}); expected {expected} "
+                             "or a JSON array of objects") from None
+        bad = next((i for i, r in enumerate(data) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise ValueError(f"{source}: array item {bad + 1} is not a JSON object; expected {expected}")
+        return data
+    records: list[Mapping[str, Any]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if not records:
+                _refuse_single_object(text, source, expected)
+            raise ValueError(f"{source}: line {n} is not valid JSON ({exc.msg}); expected {expected}") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{source}: line {n} is not a JSON object ({type(rec).__name__}); expected {expected}")
+        records.append(rec)
+    if not records:
+        raise ValueError(f"{source} holds no JSON objects; expected {expected}")
+    return records
+
+
+def import_jsonl(path: str | os.PathLike[str], mapping: Mapping[str, str | None] | None = None,
+                 step_column: str | None = "step") -> ImportedRun:
+    """Read JSON Lines: one JSON object per line (blank lines skipped), e.g. a custom logger's
+    ``metrics.jsonl``. A file holding one JSON array of objects is read the same way.
+
+    Nested objects are flattened with ``/`` (``{"train": {"loss": 1}}`` -> ``train/loss``).
+    Numbers, and strings that parse as numbers, are values; ``NaN`` / ``Infinity`` (Python's
+    ``json`` writes them) and ``"nan"`` are measured non-finite values; an absent key, ``null``
+    or ``""`` is not measured. Keys with other values (text, lists, booleans) are skipped.
+
+    ======================= ======================================================================
+    signal                  keys tried (first present wins, case-insensitive)
+    ======================= ======================================================================
+    ``loss``                ``loss``, ``train_loss``, ``train/loss``, ``training_loss``,
+                            ``loss_step``, ``train_loss_step``, ``Loss/train``
+    ``grad_norm``           ``grad_norm``, ``train/grad_norm``, ``gradient_norm``,
+                            ``grad_norm_total``, ``grad_2.0_norm_total``, ``global_grad_norm``
+    ``lr``                  ``lr``, ``learning_rate``, ``train/lr``, ``train/learning_rate``,
+                            ``lr-*``
+    ``update_ratio``        ``update_ratio``, ``train/update_ratio``
+    ``val_loss``            ``val_loss``, ``eval_loss``, ``valid_loss``, ``validation_loss``,
+                            ``val/loss``, ``eval/loss``, ``validation/loss``, ``Loss/val``
+    step                    ``step_column`` (default ``step``, then ``global_step``,
+                            ``trainer/global_step``, ``train/global_step``, ``_step``,
+                            ``iteration``, ``iter``); none: the line order
+    ======================= ======================================================================
+
+    Args:
+        path: The file.
+        mapping: Overrides, e.g. ``{"loss": "my_loss", "lr": None}``.
+        step_column: The step key; None uses the line order. A name other than ``"step"`` must
+            exist.
+
+    Returns:
+        The run.
+
+    Raises:
+        FileNotFoundError: No such file.
+        ValueError: Not JSON Lines, a record without a step, a non-integer step, a mapped key
+            that is absent or not numeric, or an unknown mapping target.
+    """
+    p = _path(path)
+    source = str(p)
+    records = _load_json_records(p, source)
+    mp = _check_mapping(source, mapping)
+    columns = _records_columns(records)
+    step_col = _find_step_column(source, list(columns), step_column)
+    return _build(source, "jsonl", "key", "record", len(records), columns, step_col,
+                  DEFAULT_MAPPINGS["jsonl"], mp, {"rows": len(records)})
+
+
+# --------------------------------------------------------------------------------------------
+# CSV (generic, Lightning CSVLogger)
+
+
+def _read_csv(p: Path, source: str, expected: str) -> tuple[list[str], list[list[str]]]:
+    text = _read_text(p, expected)
+    if text.lstrip()[:1] in ("{", "["):
+        raise ValueError(f"{source} looks like JSON, not CSV; expected {expected}")
+    try:
+        rows = [r for r in csv.reader(text.splitlines()) if r]
+    except csv.Error as exc:
+        raise ValueError(f"{source} is not a readable CSV ({exc}); expected {expected}") from None
+    if not rows:
+        raise ValueError(f"{source} is empty; expected {expected}")
+    header = [h.strip() for h in rows[0]]
+    if any(not h for h in header):
+        raise ValueError(f"{source}: header row has an empty column name; expected {expected}")
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise ValueError(f"{source}: duplicate column name(s) {', '.join(map(repr, dup))} in the header")
+    body = rows[1:]
+    if not body:
+        raise ValueError(f"{source} has a header but no data rows; expected {expected}")
+    long = next((i for i, r in enumerate(body) if len(r) > len(header)), None)
+    if long is not None:
+        raise ValueError(f"{source}: row {long + 1} has {len(body[long])} cells but the header has "
+                         f"{len(header)} columns; expected {expected}")
+    return header, body
+
+
+def _csv_columns(header: list[str], body: list[list[str]]) -> dict[str, list[tuple[int, Any]]]:
+    return {h: [(i, r[j] if j < len(r) else "") for i, r in enumerate(body)] for j, h in enumerate(header)}
+
+
+def _import_csv_like(path: str | os.PathLike[str], tool: str, mapping: Mapping[str, str | None] | None,
+                     step_column: str | None, expected: str) -> ImportedRun:
+    p = _path(path)
+    source = str(p)
+    header, body = _read_csv(p, source, expected)
+    mp = _check_mapping(source, mapping)
+    columns = _csv_columns(header, body)
+    step_col = _find_step_column(source, header, step_column)
+    run = _build(source, tool, "column", "data row", len(body), columns, step_col, DEFAULT_MAPPINGS[tool], mp,
+                 {"rows": len(body), "columns": header})
+    if not run.signals and not run.extra:
+        raise ValueError(f"{source} has no numeric columns besides the step; expected {expected}")
+    return run
+
+
+def import_csv(path: str | os.PathLike[str], mapping: Mapping[str, str | None] | None = None,
+               step_column: str | None = "step") -> ImportedRun:
+    """Read a CSV file with a header row, one row per logged step (or per logging call).
+
+    An empty cell (or ``none``, ``null``, ``na``, ``n/a``) is not measured; ``nan``, ``inf``,
+    ``-inf`` are measured non-finite values. Beware: pandas' ``DataFrame.to_csv`` writes NaN as
+    an empty cell, so a NaN it wrote reads back as "not measured". Rows sharing a step are merged.
+    Columns with text are skipped (listed in ``metadata["skipped_columns"]``).
+
+    ======================= ======================================================================
+    signal                  columns tried (first present wins, case-insensitive)
+    ======================= ======================================================================
+    ``loss``                ``loss``, ``train_loss``, ``train/loss``, ``training_loss``,
+                            ``loss_step``, ``train_loss_step``, ``Loss/train``
+    ``grad_norm``           ``grad_norm``, ``train/grad_norm``, ``gradient_norm``,
+                            ``grad_norm_total``, ``grad_2.0_norm_total``, ``global_grad_norm``
+    ``lr``                  ``lr``, ``learning_rate``, ``train/lr``, ``train/learning_rate``,
+                            ``lr-*``
+    ``update_ratio``        ``update_ratio``, ``train/update_ratio``
+    ``val_loss``            ``val_loss``, ``eval_loss``, ``valid_loss``, ``validation_loss``,
+                            ``val/loss``, ``eval/loss``, ``validation/loss``, ``Loss/val``
+    step                    ``step_column`` (default ``step``, then ``global_step``,
+                            ``trainer/global_step``, ``train/global_step``, ``_step``,
+                            ``iteration``, ``iter``); none: the row order
+    ======================= ======================================================================
+
+    Args:
+        path: The file (comma-separated, UTF-8).
+        mapping: Overrides, e.g. ``{"loss": "my_loss_col", "val_loss": "valid_nll"}``; None leaves
+            a signal out.
+        step_column: The step column; None uses the row order. A name other than ``"step"``
+            must exist.
+
+    Returns:
+        The run; ``metadata["columns"]`` is the header.
+
+    Raises:
+        FileNotFoundError: No such file.
+        ValueError: Not a CSV with a header and data rows, no numeric column, a row without a
+            step, a non-integer step, a mapped column that is absent or not numeric, or an
+            unknown mapping target.
+    """
+    return _import_csv_like(path, "csv", mapping, step_column, "a CSV file with a header row and numeric columns")
+
+
+def import_lightning_csv(path: str | os.PathLike[str],
+                         mapping: Mapping[str, str | None] | None = None) -> ImportedRun:
+    """Read a PyTorch Lightning ``CSVLogger`` ``metrics.csv`` (``<save_dir>/<name>/version_N/``).
+
+    Lightning writes one row per logging call with the columns sorted by name: training rows
+    (``train_loss_step``, ``grad_2.0_norm_total``, ...), ``LearningRateMonitor`` rows
+    (``lr-<Optimizer>``, no ``epoch``), validation rows (``val_loss``), epoch-end rows
+    (``*_epoch``), all with a ``step`` and empty cells for what the call did not log; rows
+    sharing a step are merged. Epoch aggregates (``train_loss_epoch``) are kept as extras.
+
+    ======================= ======================================================================
+    signal                  columns tried (first present wins, case-insensitive)
+    ======================= ======================================================================
+    ``loss``                ``train_loss_step``, ``train_loss``, ``loss_step``, ``loss``,
+                            ``train/loss``, ``training_loss``
+    ``grad_norm``           ``grad_norm_step``, ``grad_norm``, ``grad_2.0_norm_total``
+                            (``lightning.pytorch.utilities.grad_norm``), ``grad_norm_total``,
+                            ``train/grad_norm``
+    ``lr``                  ``lr-*`` (``LearningRateMonitor``: ``lr-SGD``, ``lr-Adam/pg1``, ...;
+                            not ``*-momentum`` / ``*-weight_decay``; the first in column
+                            order), ``lr``, ``learning_rate``, ``lr_step``
+    ``update_ratio``        ``update_ratio_step``, ``update_ratio``
+    ``val_loss``            ``val_loss``, ``val_loss_epoch``, ``valid_loss``, ``validation_loss``,
+                            ``val/loss``
+    step                    ``step`` (none: the row order)
+    ======================= ======================================================================
+
+    Args:
+        path: The ``metrics.csv`` file, or a ``version_N`` directory containing it.
+        mapping: Overrides, e.g. ``{"loss": "my_train_loss", "lr": "lr-AdamW/pg2"}``.
+
+    Returns:
+        The run.
+
+    Raises:
+        FileNotFoundError: No such file.
+        ValueError: As :func:`import_csv`.
+    """
+    p = _path(path)
+    if p.is_dir():
+        p = p / "metrics.csv"
+        if not p.exists():
+            raise FileNotFoundError(f"no metrics.csv in {p.parent}")
+    return _import_csv_like(p, "lightning-csv", mapping, "step",
+                            "a Lightning CSVLogger metrics.csv (a header row with 'step' and metric columns)")
+
+
+# --------------------------------------------------------------------------------------------
+# TensorBoard
+
+
+def _is_event_file(p: Path) -> bool:
+    return p.is_file() and "tfevents" in p.name
+
+
+def import_tensorboard(path_or_dir: str | os.PathLike[str],
+                       mapping: Mapping[str, str | None] | None = None) -> ImportedRun:
+    """Read the scalars of TensorBoard event files (``events.out.tfevents.*``).
+
+    Needs the ``tensorboard`` package (``pip install trainsignals[tensorboard]``), imported only
+    here; its ``EventAccumulator`` reads the files. Scalars written as ``simple_value`` (PyTorch
+    ``SummaryWriter``, Lightning ``TensorBoardLogger``, HF ``TensorBoardCallback``) and as
+    scalar tensors (TF2 ``tf.summary.scalar``, Keras) are both read. A directory is searched
+    recursively; when its event files sit in several subdirectories (Keras writes ``train/``
+    and ``validation/``), each tag is prefixed with its subdirectory (``train/epoch_loss``).
+    Point at one run's directory: two runs' tags would not be merged. A tag logged twice at a
+    step keeps the last value (files read in name order, i.e. creation time).
+
+    ======================= ======================================================================
+    signal                  tags tried (first present wins, case-insensitive)
+    ======================= ======================================================================
+    ``loss``                ``train/loss`` (HF), ``loss``, ``train_loss``, ``train_loss_step``
+                            (Lightning), ``Loss/train``, ``training/loss``, ``train/epoch_loss``
+                            (Keras)
+    ``grad_norm``           ``train/grad_norm`` (HF), ``grad_norm``, ``grad_2.0_norm_total``
+                            (Lightning), ``grad_norm/total``
+    ``lr``                  ``train/learning_rate`` (HF), ``train/lr``, ``lr``,
+                            ``learning_rate``, ``lr-*`` (Lightning ``LearningRateMonitor``),
+                            ``train/epoch_learning_rate`` (Keras)
+    ``update_ratio``        ``train/update_ratio``, ``update_ratio``
+    ``val_loss``            ``val/loss``, ``eval/loss`` (HF), ``val_loss`` (Lightning),
+                            ``eval_loss``, ``Loss/val``, ``Loss/validation``,
+                            ``validation/loss``, ``valid/loss``, ``validation/epoch_loss`` (Keras)
+    step                    the event's ``step``
+    ======================= ======================================================================
+
+    Args:
+        path_or_dir: An event file, or a directory holding them (searched recursively).
+        mapping: Overrides by tag, e.g. ``{"loss": "Loss/train_step", "val_loss": "Loss/dev"}``.
+
+    Returns:
+        The run; ``metadata`` has ``files``, ``runs`` (the subdirectory prefixes, ``""`` for
+        the top), ``tags`` (scalar tags read) and ``other_tags`` (histograms, images, ... not
+        read, by kind).
+
+    Raises:
+        ImportError: ``tensorboard`` is not installed.
+        FileNotFoundError: No such file or directory.
+        ValueError: No event files, a file that is not a TensorBoard event file, or a bad
+            ``mapping``.
+    """
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        from tensorboard.util import tensor_util
+    except ImportError as exc:
+        raise ImportError(f"reading TensorBoard event files needs the tensorboard package: {_TB_INSTALL_HINT}") from exc
+    p = _path(path_or_dir)
+    source = str(p)
+    expected = "TensorBoard event files (events.out.tfevents.*)"
+    if p.is_dir():
+        files = sorted((f for f in p.rglob("*") if _is_event_file(f)), key=lambda f: (str(f.parent), f.name))
+        if not files:
+            raise ValueError(f"{source} holds no {expected}")
+        root = p
+    else:
+        if "tfevents" not in p.name:
+            raise ValueError(f"{source} is not named like {expected}")
+        files = [p]
+        root = p.parent
+    parents = sorted({f.parent for f in files})
+    prefixed = len(parents) > 1
+    mp = _check_mapping(source, mapping)
+    raw: dict[str, tuple[list[int], list[float]]] = {}
+    other: dict[str, list[str]] = {}
+    for f in files:
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0, "tensors": 0})
+        try:
+            acc.Reload()
+        except Exception as exc:  # the reader raises its own error types on corrupt records
+            raise ValueError(f"{f} could not be read as a TensorBoard event file ({exc})") from None
+        if acc.file_version is None:
+            raise ValueError(f"{f} is not a TensorBoard event file (no file_version record); expected {expected}")
+        prefix = f.parent.relative_to(root).as_posix() + "/" if prefixed and f.parent != root else ""
+        tags = acc.Tags()
+        for tag in tags.get("scalars", []):
+            st, vs = raw.setdefault(prefix + tag, ([], []))
+            for ev in acc.Scalars(tag):
+                st.append(int(ev.step))
+                vs.append(float(ev.value))
+        for tag in tags.get("tensors", []):
+            if acc.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
+                other.setdefault("tensors", []).append(prefix + tag)
+                continue
+            st, vs = raw.setdefault(prefix + tag, ([], []))
+            for tev in acc.Tensors(tag):
+                arr = tensor_util.make_ndarray(tev.tensor_proto)
+                if arr.size != 1:
+                    continue
+                st.append(int(tev.step))
+                vs.append(float(arr.reshape(-1)[0]))
+        for kind in ("images", "audio", "histograms", "distributions"):
+            if tags.get(kind):
+                other.setdefault(kind, []).extend(prefix + t for t in tags[kind])
+    names = list(raw)
+    chosen = _resolve(source, "tag", names, DEFAULT_MAPPINGS["tensorboard"], mp)
+    parsed = {t: (np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64)) for t, (s, v) in raw.items()}
+    all_steps = np.concatenate([s for s, _ in parsed.values()]) if parsed else np.zeros(0, dtype=np.int64)
+    metadata: dict[str, Any] = {
+        "mapping": dict(chosen),
+        "step_column": "step",
+        "files": [str(f) for f in files],
+        "runs": sorted({(f.parent.relative_to(root).as_posix() if prefixed and f.parent != root else "") for f in files}),
+        "tags": names,
+    }
+    if other:
+        metadata["other_tags"] = other
+    return _align(source, "tensorboard", all_steps, parsed, chosen, metadata)
+
+
+# --------------------------------------------------------------------------------------------
+# auto-detection
+
+_LIGHTNING_HINTS = ("lr-*", "grad_2.0_norm*")
+
+
+def _looks_lightning(header: Sequence[str], name: str) -> bool:
+    """A ``step`` column and LearningRateMonitor / grad_norm columns, an ``X_step`` / ``X_epoch``
+    pair (``self.log(..., on_step=True, on_epoch=True)``), or ``epoch`` in a ``metrics.csv``."""
+    cols = {h.strip() for h in header}
+    if "step" not in cols:
+        return False
+    if any(fnmatch.fnmatchcase(c, pat) for c in cols for pat in _LIGHTNING_HINTS):
+        return True
+    if any(c.endswith("_step") and c[: -len("_step")] + "_epoch" in cols for c in cols):
+        return True
+    return name == "metrics.csv" and "epoch" in cols
+
+
+def _csv_header(p: Path) -> list[str]:
+    try:
+        with p.open(encoding="utf-8-sig", newline="") as f:
+            return next(csv.reader(f), [])
+    except (UnicodeDecodeError, csv.Error):
+        return []
+
+
+def _detect(p: Path) -> str:
+    if p.is_dir():
+        if any(_is_event_file(f) for f in p.rglob("*")):
+            return "tensorboard"
+        if (p / "trainer_state.json").is_file():
+            return "hf-trainer"
+        if (p / "metrics.csv").is_file():
+            return "lightning-csv"
+        raise ValueError(f"cannot tell what {p} holds: expected a directory with events.out.tfevents.* files, "
+                         "a trainer_state.json or a metrics.csv")
+    name = p.name.lower()
+    if "tfevents" in name:
+        return "tensorboard"
+    if name == "trainer_state.json":
+        return "hf-trainer"
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        return "lightning-csv" if _looks_lightning(_csv_header(p), name) else "csv"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix == ".json":
+        text = _read_text(p, "a trainer_state.json or a JSON array of log records")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return "jsonl"  # several objects, one per line
+        if isinstance(data, dict) and isinstance(data.get("log_history"), list):
+            return "hf-trainer"
+        if isinstance(data, list):
+            return "jsonl"
+        raise ValueError(f"{p} is a JSON file but neither a trainer_state.json (an object with 'log_history') "
+                         "nor a list of log records")
+    raise ValueError(f"cannot tell the format of {p} from its name: expected trainer_state.json, metrics.csv, "
+                     f"*.csv, *.jsonl or events.out.tfevents.*; pass tool= one of {', '.join(TOOLS)}")
+
+
+def import_run(path: str | os.PathLike[str], tool: str | None = None,
+               mapping: Mapping[str, str | None] | None = None) -> ImportedRun:
+    """Import a log, recognising the tool by file name and content unless ``tool`` is given.
+
+    ======================================================== =================================
+    what ``path`` is                                         read by
+    ======================================================== =================================
+    ``events.out.tfevents.*``, or a directory holding some   :func:`import_tensorboard`
+    (recursively)
+    ``trainer_state.json``, a ``.json`` object with          :func:`import_hf_trainer_state`
+    ``log_history``, or a directory holding
+    ``trainer_state.json``
+    a ``.csv`` with a ``step`` column and Lightning-style    :func:`import_lightning_csv`
+    columns (``lr-*``, ``*_step``, ``*_epoch``,
+    ``grad_2.0_norm*``; or ``epoch`` in a file named
+    ``metrics.csv``), or a directory holding ``metrics.csv``
+    any other ``.csv``                                       :func:`import_csv`
+    ``.jsonl``, ``.ndjson``, a ``.json`` array of objects    :func:`import_jsonl`
+    ======================================================== =================================
+
+    Args:
+        path: File or directory.
+        tool: One of ``"hf-trainer"``, ``"lightning-csv"``, ``"csv"``, ``"jsonl"``,
+            ``"tensorboard"``; None detects it.
+        mapping: Signal -> source name overrides, passed to the importer.
+
+    Returns:
+        The run.
+
+    Raises:
+        FileNotFoundError: No such file or directory.
+        ValueError: Unknown ``tool``, a format that cannot be recognised, or the importer's
+            errors.
+        ImportError: A TensorBoard log without the ``tensorboard`` package.
+    """
+    if tool is not None and tool not in TOOLS:
+        raise ValueError(f"unknown tool {tool!r}; expected one of {', '.join(TOOLS)}")
+    p = _path(path)
+    kind = tool or _detect(p)
+    if kind == "hf-trainer":
+        return import_hf_trainer_state(p, mapping=mapping)
+    if kind == "lightning-csv":
+        return import_lightning_csv(p, mapping=mapping)
+    if kind == "csv":
+        return import_csv(p, mapping=mapping)
+    if kind == "jsonl":
+        return import_jsonl(p, mapping=mapping)
+    return import_tensorboard(p, mapping=mapping)
