@@ -1,4 +1,4 @@
-"""The ``trainsignals`` command: demo, playground, bench, datasets."""
+"""The ``trainsignals`` command: demo, playground, bench, datasets, replay, plot, watch, convert."""
 
 from __future__ import annotations
 
@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default=None, help="output folder (default: datasets/synthetic)")
     s.set_defaults(func=_datasets)
+
+    from .trace_cli import add_trace_commands
+
+    add_trace_commands(sub)
     return p
 
 

@@ -233,7 +233,7 @@ class CUSUMPlateau(PairDetector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         q = self._q
         m = 2 * q + 1
-        if len(self._hist) < m or self._n < 2 or len(self._recent) < self.hold:
+        if self._n < 2 or len(self._recent) < self.hold:
             return 0
         x = arrays[0][i:j]
         gr = arrays[1][i:j]
@@ -268,15 +268,19 @@ class CUSUMPlateau(PairDetector):
         g = None
         k = lim
         if nb:
+            hl = len(self._hist)
             ext = np.concatenate((np.asarray(self._hist), bb))
-            pos = np.arange(m, m + nb)
-            mid = ext[pos - q]
-            old = ext[pos - 2 * q]
+            pos = np.arange(hl, hl + nb)
+            full = pos >= 2 * q  # the scalar path decides only once 2q+1 checkpoints are held
+            last = len(ext) - 1
+            i_old = np.clip(pos - 2 * q, 0, last)  # clipped where not `full` (masked out below)
+            mid = ext[np.clip(pos - q, 0, last)]
+            old = ext[i_old]
             delta = np.maximum(self.min_delta, self._dscale * noise[bidx])
             if self._g is not None:
                 g = ewma(lg[:lim], self._a, self._b, self._g)
                 prev = np.array([np.nan if v is None else v for v in self._ghist], dtype=np.float64)
-                g_then = np.concatenate((prev, g[bidx]))[1:nb + 1]  # the level 2q checkpoints back
+                g_then = np.concatenate((prev, g[bidx]))[i_old]  # the level 2q checkpoints back
             if self._armed:
                 gain = mid - bb
                 fire = (gain < delta) & (self._first - bb < delta) & (self._n + 1 + bidx >= 3 * self.patience)
@@ -288,6 +292,7 @@ class CUSUMPlateau(PairDetector):
                             (fell >= self.collapse_decades) & (gain < self.slowdown * (old - mid)))
                 else:
                     fire |= (gain < delta) & (old - mid >= self.progress_mult * delta)
+                fire &= full
             else:  # the only thing that can happen while disarmed: the best improves and re-arms
                 fire = bb < self._alarm_best - delta
             f = first_true(fire)

@@ -1,0 +1,172 @@
+"""The trace commands, run in-process through argparse: replay, plot, watch, convert."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import trainsignals as ts
+from trainsignals import trace_cli
+from trainsignals.importers import import_run
+from trainsignals.trace_cli import add_trace_commands
+from trainsignals.traces import TraceWriter, read_trace, write_trace
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="trainsignals")
+    add_trace_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(argv))
+    return int(args.func(args))
+
+
+def healthy(n: int = 400) -> dict[str, Any]:
+    rng = np.random.default_rng(1)
+    t = np.arange(n)
+    return {"step": t, "loss": (2.0 * np.exp(-t / 150) + 0.5) * np.exp(rng.normal(0, 0.01, n)),
+            "grad_norm": np.exp(rng.normal(0, 0.05, n))}
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    d = tmp_path / "runs"
+    d.mkdir()
+    sig = healthy()
+    write_trace(d / "a_ok.arrow", **sig)
+    spike = dict(sig, loss=sig["loss"].copy())
+    spike["loss"][300] *= 8.0
+    write_trace(d / "b_warn.arrow", **spike)
+    nan = dict(sig, loss=sig["loss"].copy())
+    nan["loss"][300:] = np.nan
+    write_trace(d / "c_crit.arrow", **nan)
+    return d
+
+
+def test_replay_exit_codes(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("replay", str(runs / "a_ok.arrow")) == 0
+    assert run("replay", str(runs / "b_warn.arrow")) == 1
+    assert run("replay", str(runs / "c_crit.arrow")) == 2
+    assert run("replay", str(runs / "a_ok.arrow"), str(runs / "b_warn.arrow")) == 1  # the worst run
+    assert run("replay", str(runs), "--processes", "2") == 2
+    out = capsys.readouterr().out
+    assert "loss_spike" in out and "nonfinite" in out and "healthy, no events" in out
+    assert run("replay", str(runs / "missing.arrow")) == 3
+    (runs / "junk.arrow").write_bytes(b"not arrow at all")
+    assert run("replay", str(runs / "junk.arrow")) == 3
+    assert "could not be read" in capsys.readouterr().out
+
+
+def test_replay_json_and_markdown(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("replay", str(runs), "--json", "--processes", "1") == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit_code"] == 2
+    assert [(Path(r["source"]).name, r["exit_code"]) for r in doc["runs"]] == [
+        ("a_ok.arrow", 0), ("b_warn.arrow", 1), ("c_crit.arrow", 2)]
+    crit = doc["runs"][2]
+    assert crit["events"][0]["kind"] == "nonfinite" and crit["events"][0]["value"] == "nan"
+    assert crit["should_stop"] and crit["status_timeline"][-1] == [300, "diverging"]
+    assert run("replay", str(runs), "--markdown", "--processes", "1") == 2
+    md = capsys.readouterr().out
+    assert md.startswith("# trainsignals replay: 3 run(s)")
+    assert "| `c_crit.arrow` | critical | diverging (stop) | 400 | nonfinite 300 -> 300 |" in md
+    assert "## `" in md and "| failure | severity |" in md
+
+
+def test_convert_round_trip_from_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sig = healthy(300)
+    csv = tmp_path / "log.csv"
+    lines = ["step,my_loss,grad_norm,learning_rate,val_loss"]
+    for i in range(300):
+        gn = "" if i % 7 == 3 else repr(float(sig["grad_norm"][i]))  # gaps: not measured
+        val = repr(1.0 + 0.001 * i) if i % 50 == 49 else ""
+        loss = "nan" if i == 250 else repr(float(sig["loss"][i]))
+        lines.append(f"{i},{loss},{gn},0.001,{val}")
+    csv.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "log.arrow"
+    assert run("convert", str(csv), "-o", str(out), "--tool", "csv", "--map", "loss=my_loss") == 0
+    assert "wrote" in capsys.readouterr().out
+    t = read_trace(out)
+    assert t.column("step").to_pylist() == list(range(300))
+    got_loss = np.asarray(t.column("loss").to_numpy(zero_copy_only=False))
+    assert np.isnan(got_loss[250]) and np.allclose(np.delete(got_loss, 250), np.delete(sig["loss"], 250))
+    assert t.column("grad_norm").null_count == len(range(3, 300, 7))
+    assert t.column("val_loss").drop_null().to_pylist() == pytest.approx([1.0 + 0.001 * i for i in range(49, 300, 50)])
+    assert t.column("lr").to_pylist() == [0.001] * 300
+    # replaying the converted trace = scanning the import directly
+    kw = import_run(csv, tool="csv", mapping={"loss": "my_loss"}).scan_kwargs()
+    direct = ts.Monitor(total_steps=300).scan(**kw)
+    assert run("replay", str(out), "--json") == 2  # the NaN loss
+    got = json.loads(capsys.readouterr().out)["runs"][0]["events"]
+    assert got == [e.to_dict() for e in direct]
+    assert run("convert", str(csv), "-o", str(tmp_path / "x.arrow"), "--map", "loss") == 1
+    assert "OURS=THEIRS" in capsys.readouterr().err
+
+
+def test_watch_follows_a_writer_until_it_closes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "live.arrow"
+    sig = healthy(300)
+
+    def writer() -> None:
+        time.sleep(0.1)  # watch starts before the file exists
+        with TraceWriter(path, flush_every=25, metadata={"total_steps": 300}) as w:
+            for i in range(300):
+                w.write(i, loss=float(sig["loss"][i]), grad_norm=float(sig["grad_norm"][i]))
+                if i % 60 == 0:
+                    time.sleep(0.05)
+
+    th = threading.Thread(target=writer)
+    th.start()
+    t0 = time.monotonic()
+    code = run("watch", str(path), "--interval", "0.02", "--timeout", "20")
+    th.join()
+    assert code == 0 and time.monotonic() - t0 < 15
+    out = capsys.readouterr().out
+    assert "the writer closed the trace" in out and "300 steps (0..299)" in out
+
+
+def test_watch_reports_events_times_out_and_stops_on_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    sig = healthy(300)
+    sig["loss"][200:] = np.nan
+    path = tmp_path / "stuck.arrow"
+    w = TraceWriter(path, flush_every=100)  # a writer that stays open: no end-of-stream marker
+    for i in range(300):
+        w.write(i, loss=float(sig["loss"][i]), grad_norm=float(sig["grad_norm"][i]))
+    w.flush()
+    assert run("watch", str(path), "--interval", "0.02", "--timeout", "0.2") == 2
+    out = capsys.readouterr().out
+    assert "CRITICAL nonfinite" in out and "no growth for 0.2 s" in out
+
+    def ctrl_c(_: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trace_cli.time, "sleep", ctrl_c)
+    assert run("watch", str(path), "--interval", "0.02") == 130
+    assert "interrupted" in capsys.readouterr().err
+    w.close()
+    monkeypatch.undo()
+    (tmp_path / "junk.arrow").write_bytes(b"PAR1 not a trace")
+    assert run("watch", str(tmp_path / "junk.arrow"), "--timeout", "1") == 3
+
+
+def test_plot_command(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    assert run("plot", str(runs / "c_crit.arrow"), "-o", str(tmp_path / "c.png")) == 0
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+    assert run("plot", str(tmp_path / "nope.arrow"), "-o", str(tmp_path / "n.png")) == 1
+    assert "error" in capsys.readouterr().err
+
+
+def test_help_documents_exit_codes() -> None:
+    parser = argparse.ArgumentParser(prog="trainsignals")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_trace_commands(sub)
+    text = sub.choices["replay"].format_help()
+    assert "0 every run healthy" in text and "1 warnings only" in text and "2 a critical event" in text
+    assert "130 interrupted" in sub.choices["watch"].format_help()

@@ -1,0 +1,486 @@
+"""The trace commands of ``trainsignals``: replay, plot, watch and convert recorded runs.
+
+``add_trace_commands(subparsers)`` adds them to an ``argparse`` sub-parser set; each command
+sets ``func(args) -> int`` (the exit status). Mounted by :mod:`trainsignals.cli`::
+
+    trainsignals replay runs/ --json          # every *.arrow in runs/, in parallel
+    trainsignals plot run.arrow -o run.png
+    trainsignals watch run.arrow --timeout 600
+    trainsignals convert trainer_state.json -o run.arrow --tool hf-trainer
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .report import (
+    EXIT_UNREADABLE,
+    Report,
+    expand_traces,
+    replay_many,
+    status_timeline,
+    summary_markdown,
+    summary_table,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from rich.console import Console, RenderableType
+
+__all__ = ["EXIT_INTERRUPTED", "TraceTail", "add_trace_commands"]
+
+#: Exit status of ``watch`` stopped with Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+
+_EXIT_HELP = """exit status: 0 every run healthy (no warning or critical event); 1 warnings only;
+2 a critical event in some run (non-finite values, divergence, repeated spikes...);
+3 a trace could not be read. With several runs, the largest applies."""
+
+_WATCH_EXIT_HELP = """exit status: 0 healthy (no warning or critical event); 1 warnings only; 2 a critical
+event; 3 the file is not a trace, or no step arrived; 130 interrupted (Ctrl-C)."""
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=90)
+
+
+def add_trace_commands(subparsers: Any) -> None:
+    """Add ``replay``, ``plot``, ``watch`` and ``convert`` to an argparse sub-parser set.
+
+    Args:
+        subparsers: What ``ArgumentParser.add_subparsers()`` returned. Each added command
+            sets ``func``: call ``args.func(args)`` for its exit status.
+    """
+    from .importers import TOOLS
+
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    r = subparsers.add_parser(
+        "replay", help="run the detectors over recorded traces and report what went wrong",
+        description=_wrap("Replay recorded traces (Arrow IPC, see trainsignals.traces) through the default "
+                    "Monitor and report per run: failures, when they began and were noticed, the "
+                    "first fix, the status over time. A folder stands for its *.arrow files, "
+                    "replayed in parallel processes."),
+        epilog=_EXIT_HELP, formatter_class=fmt)
+    r.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders of *.arrow traces")
+    out = r.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true",
+                     help='print {"exit_code": N, "runs": [report, ...]} as JSON')
+    out.add_argument("--markdown", action="store_true", help="print a Markdown report")
+    r.add_argument("--processes", type=int, default=None,
+                   help="worker processes for many traces (default: one per CPU; 1: in this process)")
+    r.set_defaults(func=_replay_cmd)
+
+    p = subparsers.add_parser(
+        "plot", help="draw a trace: signals, events and status on shared steps (needs matplotlib)",
+        description=_wrap("Replay a trace and draw loss and grad norm, learning rate, update ratio, "
+                    "per-layer grad norms, every event (onset -> detection) and the status band."),
+        epilog="exit status: 0 written; 1 failed (message on stderr).", formatter_class=fmt)
+    p.add_argument("path", metavar="PATH", help="trace file")
+    p.add_argument("-o", "--output", required=True, help="PNG to write")
+    p.add_argument("--dpi", type=int, default=110, help="resolution (default 110)")
+    p.set_defaults(func=_plot_cmd)
+
+    w = subparsers.add_parser(
+        "watch", help="follow a trace while a job writes it: live status and events",
+        description=_wrap("Follow a trace being written by a running job (TraceWriter): complete batches "
+                    "are read as they arrive (a partial last batch is normal while the writer "
+                    "runs) and fed to a Monitor; a live status line shows the latest step, status "
+                    "and events. Ends when the writer closes the trace, on Ctrl-C, or after "
+                    "--timeout seconds without growth. The file may appear after watch starts."),
+        epilog=_WATCH_EXIT_HELP,
+        formatter_class=fmt)
+    w.add_argument("path", metavar="PATH", help="trace file (may not exist yet)")
+    w.add_argument("--interval", type=float, default=0.5, help="seconds between polls (default 0.5)")
+    w.add_argument("--timeout", type=float, default=None,
+                   help="stop after this many seconds without growth, or without the file appearing "
+                        "(default: wait for the writer to close the trace)")
+    w.add_argument("--total-steps", type=int, default=None,
+                   help="planned steps (stall patience 10%% of them); default: the trace metadata's "
+                        "total_steps, if any")
+    w.set_defaults(func=_watch_cmd)
+
+    c = subparsers.add_parser(
+        "convert", help="turn another tool's logs into a trace (HF Trainer, Lightning, CSV, JSONL, TensorBoard)",
+        description=_wrap("Import a run logged by another tool (trainsignals.importers) and write it as a "
+                    "trace that replay, plot and watch read."),
+        epilog="exit status: 0 written; 1 failed (message on stderr).", formatter_class=fmt)
+    c.add_argument("src", metavar="SRC", help="trainer_state.json, metrics.csv, a CSV/JSONL file or a TensorBoard folder")
+    c.add_argument("-o", "--output", required=True, help="trace to write (.arrow)")
+    c.add_argument("--tool", choices=TOOLS, default=None, help="source format (default: guessed from SRC)")
+    c.add_argument("--map", nargs="+", action="extend", default=[], metavar="OURS=THEIRS",
+                   help="our signal = their column, e.g. --map loss=train/loss grad_norm=gn; "
+                        "OURS= skips a signal (default: each tool's usual names)")
+    c.set_defaults(func=_convert_cmd)
+
+
+# -- replay -------------------------------------------------------------------------------
+def _console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _failure_table(report: Report) -> Any:
+    """One row per failure kind: severity, count, when it began and was noticed, what, first fix."""
+    from rich.table import Table
+
+    t = Table(show_edge=False, pad_edge=False, expand=False)
+    for col, just in (("failure", "left"), ("severity", "left"), ("events", "right"), ("began", "right"),
+                      ("noticed", "right"), ("what", "left"), ("first fix", "left")):
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for kind, evs in report.failures():
+        first = evs[0]
+        sev = "critical" if any(e.severity == "critical" for e in evs) else "warning"
+        style = "bold red" if sev == "critical" else "yellow"
+        layer = f" [{first.layer}]" if first.layer else ""
+        t.add_row(kind.value + layer, f"[{style}]{sev}[/]", str(len(evs)), str(first.onset_step), str(first.step),
+                  first.message, first.fix)
+    return t
+
+
+def _print_rich(console: Console, reports: Sequence[Report]) -> None:
+    from rich.text import Text
+
+    for rep in reports:
+        style = {"healthy": "green", "warnings": "yellow", "critical": "bold red"}.get(rep.verdict, "magenta")
+        console.print(Text(rep.summary().splitlines()[0], style=style))
+        if rep.failures():
+            console.print(_failure_table(rep))
+        for n in rep.notes:
+            console.print(f"  [magenta]note:[/] {n}")
+        if rep.status_timeline:
+            console.print("  status: " + ", ".join(f"{s}: {st}" for s, st in rep.status_timeline[:12])
+                          + (" ..." if len(rep.status_timeline) > 12 else ""))
+        console.print()
+    if len(reports) > 1:
+        console.print(summary_table(reports))
+
+
+def _replay_cmd(args: argparse.Namespace) -> int:
+    err = _console(stderr=True)
+    try:
+        files = expand_traces(args.paths)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return EXIT_UNREADABLE
+    if not files:
+        err.print(f"[red]error:[/] no traces (*.arrow) in {', '.join(args.paths)}")
+        return EXIT_UNREADABLE
+    if args.processes is not None and args.processes < 1:
+        err.print("[red]error:[/] --processes must be >= 1")
+        return EXIT_UNREADABLE
+    processes = args.processes if args.processes is not None else (1 if len(files) == 1 else None)
+    reports = replay_many(files, processes=processes, progress=len(files) > 1 and sys.stderr.isatty())
+    code = max(r.exit_code for r in reports)
+    if args.json:
+        print(json.dumps({"exit_code": code, "runs": [r.to_dict() for r in reports]}, indent=2, default=str))
+    elif args.markdown:
+        parts = [f"# trainsignals replay: {len(reports)} run(s)", ""]
+        if len(reports) > 1:
+            parts += [summary_markdown(reports), ""]
+        parts += [r.to_markdown() for r in reports]
+        print("\n".join(parts))
+    else:
+        console = _console()
+        if console.is_terminal:
+            _print_rich(console, reports)
+        else:
+            print("\n\n".join(r.to_text() for r in reports))
+    return code
+
+
+# -- plot ---------------------------------------------------------------------------------
+def _plot_cmd(args: argparse.Namespace) -> int:
+    err = _console(stderr=True)
+    try:
+        from .plot import plot_run
+
+        plot_run(args.path, output=args.output, dpi=args.dpi)
+    except ImportError as exc:
+        err.print(f"[red]error:[/] plotting needs matplotlib: pip install 'trainsignals[plot]' ({exc})")
+        return 1
+    except (OSError, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 1
+    print(f"wrote {args.output}")
+    return 0
+
+
+# -- watch --------------------------------------------------------------------------------
+class TraceTail:
+    """Reads a trace file incrementally while a writer appends to it.
+
+    Each :meth:`poll` decodes the complete Arrow IPC messages written since the last poll
+    (only the new bytes are read); a partial last message is left for the next poll. The
+    end-of-stream marker (written when the writer closes) sets :attr:`closed`. A file that
+    shrinks or is replaced (a new run overwrote it; a ``TraceWriter`` that learned its layer
+    names after the first flush rewrites it) raises :class:`TraceTail.Restarted` and the
+    next poll starts over.
+
+    Args:
+        path: The trace file; it may not exist yet.
+    """
+
+    class Restarted(Exception):
+        """The file shrank: it was rewritten from the start."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.schema: pa.Schema | None = None
+        self.closed = False
+        self.inode: int | None = None
+
+    def poll(self) -> list[pa.RecordBatch]:
+        """The record batches completed since the last poll (maybe none).
+
+        Raises:
+            trainsignals.traces.TraceFormatError: the file is not an Arrow stream of a trace.
+            TraceTail.Restarted: the file shrank since the last poll.
+        """
+        import pyarrow as pa
+
+        from .traces import TraceFormatError
+
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return []
+        size = st.st_size
+        if size < self.offset or (self.inode is not None and st.st_ino != self.inode):
+            self.offset, self.schema, self.closed, self.inode = 0, None, False, None
+            raise TraceTail.Restarted(str(self.path))
+        self.inode = st.st_ino
+        if size == self.offset or self.closed:
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(size - self.offset)
+        if self.offset == 0 and len(data) >= 4 and data[:4] != b"\xff\xff\xff\xff":
+            raise TraceFormatError(f"{self.path} is not an Arrow IPC stream (not a trace)")
+        buf = pa.BufferReader(pa.py_buffer(data))
+        reader = pa.ipc.MessageReader.open_stream(buf)
+        batches: list[pa.RecordBatch] = []
+        done = 0
+        while True:
+            try:
+                msg = reader.read_next_message()
+            except StopIteration:
+                if buf.tell() > done:  # consumed the end-of-stream marker
+                    self.closed = True
+                    done = buf.tell()
+                break
+            except (pa.ArrowInvalid, OSError):  # a message still being written
+                break
+            if msg.type == "schema":
+                schema = pa.ipc.read_schema(msg)
+                if (schema.metadata or {}).get(b"trainsignals.format") != b"trace":
+                    raise TraceFormatError(f"{self.path} is an Arrow stream but not a trace")
+                self.schema = schema
+            elif msg.type == "record batch":
+                if self.schema is None:
+                    raise TraceFormatError(f"{self.path}: record batch before the schema")
+                batches.append(pa.ipc.read_record_batch(msg, self.schema))
+            else:
+                raise TraceFormatError(f"{self.path}: unsupported Arrow message {msg.type!r}")
+            done = buf.tell()
+        self.offset += done
+        return batches
+
+
+class _Watch:
+    """The Monitor fed by a :class:`TraceTail`, and what the display needs."""
+
+    def __init__(self, path: str, total_steps: int | None) -> None:
+        self.path = path
+        self.total_steps = total_steps
+        self.reset()
+
+    def reset(self) -> None:
+        from ._monitor import Monitor
+
+        self.monitor: Monitor | None = None
+        self.Monitor = Monitor
+        self.events: list[Any] = []
+        self.rows = 0
+        self.first_step: int | None = None
+        self.last_step: int | None = None
+        self.metadata: dict[str, Any] = {}
+        self.loss_parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.step_parts: list[np.ndarray] = []
+
+    def feed(self, table: pa.Table) -> list[Any]:
+        from .report import _measured
+        from .traces import trace_metadata, trace_signals
+
+        if self.monitor is None:
+            self.metadata = dict(trace_metadata(table)["metadata"])
+            total = self.total_steps or self.metadata.get("total_steps")
+            self.monitor = self.Monitor(total_steps=int(total) if isinstance(total, int | float) and total >= 1
+                                        else None)
+        if table.num_rows == 0:
+            return []
+        new = self.monitor.scan(**trace_signals(table))
+        self.events.extend(new)
+        steps = table.column("step").to_numpy()
+        self.step_parts.append(steps)
+        self.loss_parts.append(_measured(table, "loss"))
+        self.rows += table.num_rows
+        self.first_step = int(steps[0]) if self.first_step is None else self.first_step
+        self.last_step = int(steps[-1])
+        return new
+
+    @property
+    def status(self) -> str:
+        return self.monitor.status if self.monitor is not None else "waiting"
+
+    def report(self, note: str) -> Report:
+        mon = self.monitor
+        steps = np.concatenate(self.step_parts) if self.step_parts else np.zeros(0, np.int64)
+        loss = (np.concatenate([a for a, _ in self.loss_parts] or [steps[:0]]),
+                np.concatenate([b for _, b in self.loss_parts] or [np.zeros(0)]))
+        timeline = (status_timeline(self.events, steps, loss, warmup=mon.warmup, recovery=mon.recovery)
+                    if mon is not None and len(steps) else [])
+        return Report(source=self.path, events=list(self.events), status_timeline=timeline,
+                      final_status=mon.status if mon is not None else "warming_up",
+                      should_stop=bool(mon and mon.should_stop), steps=self.rows, first_step=self.first_step,
+                      last_step=self.last_step, metadata=self.metadata, notes=[note])
+
+    def line(self, state: str) -> str:
+        step = "-" if self.last_step is None else f"{self.last_step:,}"
+        stop = " | STOP advised" if self.monitor is not None and self.monitor.should_stop else ""
+        return (f"{self.path} | step {step} | {self.rows:,} rows | status {self.status} | "
+                f"{len(self.events)} event(s){stop} | {state}")
+
+
+def _live_view(w: _Watch, state: str, most: int = 8) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
+    style = {"diverging": "bold red", "oscillating": "magenta", "stalled": "yellow",
+             "healthy": "green"}.get(w.status, "")
+    parts: list[RenderableType] = [Text(w.line(state), style=style)]
+    for e in w.events[-most:]:
+        parts.append(Text(f"  {e}", style="red" if e.severity == "critical" else "yellow", overflow="ellipsis",
+                          no_wrap=True))
+    return Group(*parts)
+
+
+def _watch_cmd(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from .traces import TraceFormatError
+
+    if not args.interval > 0 or (args.total_steps is not None and args.total_steps < 1):
+        print("error: --interval must be > 0 and --total-steps >= 1", file=sys.stderr)
+        return EXIT_UNREADABLE
+    console = _console()
+    live_mode = console.is_terminal
+    tail = TraceTail(args.path)
+    w = _Watch(os.fspath(args.path), args.total_steps)
+    last_growth = time.monotonic()
+    state = "waiting for the file" if not tail.path.exists() else "reading"
+    live: Any = None
+    shown_status = ""
+    if live_mode:
+        from rich.live import Live
+
+        live = Live(_live_view(w, state), console=console, refresh_per_second=4, transient=False)
+        live.start()
+    else:
+        print(f"watching {args.path} (Ctrl-C to stop)", flush=True)
+    why = ""
+    try:
+        while True:
+            try:
+                batches = tail.poll()
+            except TraceTail.Restarted:
+                w.reset()
+                batches = []
+                msg = f"{args.path} was rewritten: starting over"
+                if live_mode:
+                    live.console.print(msg)
+                else:
+                    print(msg, flush=True)
+            now = time.monotonic()
+            if batches:
+                last_growth = now
+                assert tail.schema is not None
+                new = w.feed(pa.Table.from_batches(batches, schema=tail.schema))
+                if not live_mode:
+                    for e in new:
+                        print(str(e), flush=True)
+                    if w.status != shown_status:
+                        shown_status = w.status
+                        print(w.line("writer running"), flush=True)
+            if tail.closed:
+                why = "the writer closed the trace"
+                break
+            if args.timeout is not None and now - last_growth > args.timeout:
+                why = f"no growth for {args.timeout:g} s; stopped watching (the writer may still run)"
+                break
+            if live_mode:
+                state = "waiting for the file" if not tail.path.exists() else "writer running"
+                live.update(_live_view(w, state))
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        if live_mode:
+            live.stop()
+        print(f"\ninterrupted: {w.line('stopped')}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except TraceFormatError as exc:
+        if live_mode:
+            live.stop()
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if live_mode:
+        live.update(_live_view(w, why))
+        live.stop()
+    rep = w.report(why)
+    print(rep.summary(), flush=True)
+    if w.monitor is None:
+        return EXIT_UNREADABLE
+    return rep.exit_code
+
+
+# -- convert ------------------------------------------------------------------------------
+def _parse_map(items: Sequence[str]) -> dict[str, str | None]:
+    """``["loss=train/loss", "lr="]`` -> ``{"loss": "train/loss", "lr": None}`` (empty: do not import)."""
+    out: dict[str, str | None] = {}
+    for item in items:
+        ours, sep, theirs = item.partition("=")
+        if not sep or not ours.strip():
+            raise ValueError(f"--map takes OURS=THEIRS (e.g. loss=train/loss; lr= skips lr), got {item!r}")
+        out[ours.strip()] = theirs.strip() or None
+    return out
+
+
+def _convert_cmd(args: argparse.Namespace) -> int:
+    from .importers import import_run
+    from .traces import write_trace
+
+    try:
+        mapping = _parse_map(args.map)
+        run = import_run(args.src, tool=args.tool, mapping=mapping or None)
+        kwargs = run.scan_kwargs()
+        if "step" not in kwargs:
+            kwargs["step"] = run.steps
+        meta = {"converted_from": os.fspath(args.src), "tool": run.tool, **run.metadata}
+        n = write_trace(args.output, metadata=meta, **kwargs)
+    except (OSError, ValueError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    sigs = [k for k in kwargs if k != "step"]
+    print(f"wrote {args.output}: {n:,} steps from {run.tool} ({args.src}); signals {', '.join(sigs) or 'none'}")
+    return 0
