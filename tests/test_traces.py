@@ -571,7 +571,13 @@ def test_bad_configuration_names_the_parameter(tmp_path):
         w.write(0, grad_norm="big")
     with pytest.raises(TypeError, match="step"):
         w.write(1.5)
+    with pytest.raises(TypeError, match="update_ratio"):
+        w.record(step=0, signals={"loss": 1, "update_ratio": "x"}, layer_grad_norms=None, activations=None,
+                 events=())
+    assert w.buffered == 0
+    w.record(step=0, signals={"loss": np.float32(2.0), "lr": 1}, layer_grad_norms=None, activations=None, events=())
     w.close()
+    assert read_trace(tmp_path / "x.arrow").column("lr").to_pylist() == [1.0]
     w.close()  # idempotent
     with pytest.raises(ValueError, match="closed"):
         w.write(0, loss=1.0)
@@ -595,3 +601,15 @@ def test_import_trainsignals_does_not_import_pyarrow():
     code = "import sys, trainsignals; assert 'pyarrow' not in sys.modules, 'pyarrow imported'"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_public_names_are_served_lazily_from_the_package():
+    import trainsignals as ts
+    from trainsignals import report as report_module
+    from trainsignals import traces as traces_module
+
+    assert ts.TraceWriter is traces_module.TraceWriter
+    assert ts.read_trace is traces_module.read_trace
+    assert ts.replay is report_module.replay and ts.Report is report_module.Report
+    with pytest.raises(AttributeError):
+        ts.no_such_name  # noqa: B018

@@ -51,9 +51,28 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # lazy submodules: keep `import trainsignals` light
-    if name in ("testing", "curves", "bench", "baselines", "importers", "traces", "report", "plot"):
-        import importlib
+_LAZY = {  # public names served by modules that import pyarrow or matplotlib, loaded on first use
+    "TraceWriter": "traces",
+    "read_trace": "traces",
+    "write_trace": "traces",
+    "trace_signals": "traces",
+    "trace_metadata": "traces",
+    "trace_events": "traces",
+    "TraceFormatError": "traces",
+    "TraceDamagedWarning": "traces",
+    "Report": "report",
+    "replay": "report",
+    "replay_many": "report",
+    "plot_run": "plot",
+    "import_run": "importers",
+}
 
+
+def __getattr__(name: str):  # lazy submodules and names: keep `import trainsignals` light
+    import importlib
+
+    if name in ("testing", "curves", "bench", "baselines", "importers", "traces", "report", "plot"):
         return importlib.import_module(f".{name}", __name__)
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'trainsignals' has no attribute {name!r}")
