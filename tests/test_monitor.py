@@ -143,7 +143,7 @@ def test_status_enters_and_leaves_failed_states():
     for t in range(100, 180):
         mon.update(loss=1.2 * np.exp(0.5 if t % 2 else -0.5))
     assert mon.status == "oscillating"
-    for t in range(180, 300):
+    for t in range(180, 450):
         mon.update(loss=1.0 * np.exp(-(t - 180) / 200) * np.exp(rng.normal(0, 0.01)))
     assert mon.status == "healthy"
 

@@ -134,13 +134,14 @@ def test_replay_with_gaps_and_nonfinite_stretches_matches_streaming(tmp_path: Pa
 
 
 def test_replay_without_a_loss_stays_warming_up_like_the_monitor(tmp_path: Path) -> None:
-    grad = np.exp(np.random.default_rng(3).normal(0, 0.1, 300))
+    grad = np.exp(np.random.default_rng(3).normal(0, 0.1, 400))
     grad[150] = np.inf
-    write_trace(tmp_path / "g.arrow", step=np.arange(300), grad_norm=grad)
+    write_trace(tmp_path / "g.arrow", step=np.arange(400), grad_norm=grad)
     rep = replay(tmp_path / "g.arrow")
-    events, timeline = stream(read_trace(tmp_path / "g.arrow"), ts.Monitor(total_steps=300))
+    events, timeline = stream(read_trace(tmp_path / "g.arrow"), ts.Monitor(total_steps=400))
     assert dicts(rep.events) == dicts(events) and rep.status_timeline == timeline
-    assert timeline == [(0, "warming_up"), (150, "diverging"), (250, "warming_up")]
+    recovery = ts.Monitor().recovery
+    assert timeline == [(0, "warming_up"), (150, "diverging"), (150 + recovery, "warming_up")]
 
 
 def test_replay_of_a_recorded_live_run_gives_its_events(tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ class Monitor:
         stop_on: kinds whose *critical* events set :attr:`should_stop` (default: all kinds).
         warmup: values of loss before :attr:`status` leaves ``"warming_up"``.
         recovery: steps after its latest event that a failed state lasts (see :attr:`status`);
-            keep it at least the detectors' cooldown (100 steps by default), since a detector
+            keep it above the detectors' cooldowns (100 steps by default), since a detector
             does not repeat an ongoing failure during its cooldown.
         min_patience: smallest stall patience derived from ``total_steps``.
         max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
@@ -148,7 +148,7 @@ class Monitor:
         *,
         stop_on: tuple[str, ...] | None = None,
         warmup: int = 20,
-        recovery: int = 100,
+        recovery: int = 200,
         min_patience: int = 50,
         max_events: int = 10_000,
         recorder: Recorder | None = None,

@@ -73,7 +73,7 @@ def status_timeline(
     loss: Any = None,
     *,
     warmup: int = 20,
-    recovery: int = 100,
+    recovery: int = 200,
 ) -> list[tuple[int, str]]:
     """The run's status over time, derived from its events by the rule of ``Monitor.status``.
 
