@@ -57,6 +57,7 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> list[np.nda
 SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "EWMASpike": ts.EWMASpike,
     "EWMASpike-linear-both": lambda: ts.EWMASpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
+    "EWMASpike-persist": lambda: ts.EWMASpike(persist_kind="divergence", hold=5),
     "SlopeDivergence": ts.SlopeDivergence,
     "CUSUMPlateau": lambda: ts.CUSUMPlateau(patience=40),
     "CUSUMPlateau-strided": lambda: ts.CUSUMPlateau(patience=150),

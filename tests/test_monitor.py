@@ -321,3 +321,16 @@ def test_gaps_in_dense_signals_mean_not_measured():
     assert close_events(streamed, batched)
     nonfinite = [e for e in batched if e.kind is ts.Kind.NONFINITE]
     assert [e.step for e in nonfinite] == [1150]
+
+
+def test_a_loss_that_jumps_and_stays_up_is_critical():
+    rng = np.random.default_rng(4)
+    loss = 2.0 * np.exp(-np.arange(300) / 200) * np.exp(rng.normal(0, 0.02, 300))
+    loss[150:] *= 500.0  # the network died: the loss stepped up and stayed there
+    events = ts.Monitor().scan(loss=loss)
+    assert events[0].kind is ts.Kind.LOSS_SPIKE and events[0].step == 150
+    crit = [e for e in events if e.severity == "critical"]
+    assert crit and crit[0].kind is ts.Kind.DIVERGENCE and abs(crit[0].onset_step - 150) <= 5
+    assert crit[0].step <= 165
+    stayed = [e for e in crit if e.detector == "EWMASpike"]
+    assert stayed and stayed[0].onset_step == 150 and "did not come back" in stayed[0].message

@@ -70,7 +70,9 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "nonfinite_lr": {"signal": "lr"},
     "nonfinite_update_ratio": {"signal": "update_ratio"},
     "nonfinite_val_loss": {"signal": "val_loss"},
-    "grad_explosion": {"kind": "grad_explosion", "signal": "grad_norm", "min_ratio": 10.0, "threshold": 6.0},
+    "loss_spike": {"persist_kind": "divergence"},
+    "grad_explosion": {"kind": "grad_explosion", "signal": "grad_norm", "min_ratio": 10.0, "threshold": 6.0,
+                       "persist_kind": "grad_explosion"},
 }
 _SCALARS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
 _NONNEG = ("grad_norm", "lr", "update_ratio")

@@ -54,6 +54,9 @@ class EWMASpike(Detector):
         kind: the :class:`~trainsignals.Kind` value of its events.
         signal: the signal name used in events.
         severity: severity of a single event.
+        persist_kind: when anomalies last more than ``hold`` values after a jump (a level that
+            stepped up and stayed: the loss did not recover), emit a critical event of this kind
+            with ``onset_step`` at the jump, before re-basing; None: just re-base.
 
     Example:
         A loss that falls with small noise, then jumps 4x for two steps at step 60:
@@ -67,7 +70,7 @@ class EWMASpike(Detector):
     """
 
     signals = ("x",)
-    _state_keys = ("n", "mean", "var", "run", "cooldown_left", "alarms", "last_step")
+    _state_keys = ("n", "mean", "var", "run", "run_start", "run_jumped", "cooldown_left", "alarms", "last_step")
 
     def __init__(
         self,
@@ -86,6 +89,7 @@ class EWMASpike(Detector):
         kind: str = "loss_spike",
         signal: str = "loss",
         severity: str = "warning",
+        persist_kind: str | None = None,
     ) -> None:
         check_range("alpha", alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("var_alpha", var_alpha, 0, 1, lo_open=True, hi_open=True)
@@ -99,6 +103,8 @@ class EWMASpike(Detector):
         check_range("escalate_window", escalate_window, 1, None, integer=True)
         check_choice("kind", kind, tuple(k.value for k in Kind))
         check_choice("severity", severity, ("info", "warning", "critical"))
+        if persist_kind is not None:
+            check_choice("persist_kind", persist_kind, tuple(k.value for k in Kind))
         self.alpha = alpha
         self.var_alpha = var_alpha
         self.threshold = threshold
@@ -114,6 +120,7 @@ class EWMASpike(Detector):
         self.kind = kind
         self.signal = signal
         self.severity = severity
+        self.persist_kind = persist_kind
         self._a = float(alpha)
         self._b = 1.0 - float(alpha)
         self._va = float(var_alpha)
@@ -129,6 +136,8 @@ class EWMASpike(Detector):
         self._mean = 0.0
         self._var = 0.0
         self._run = 0
+        self._run_start = -1
+        self._run_jumped = False
         self._cooldown_left = 0
         self._alarms: list[int] = []
         self._last_step = -1
@@ -170,8 +179,15 @@ class EWMASpike(Detector):
         self._n = n + 1
         if za >= self.threshold:
             self._run += 1
-            ev = None if suppress or jump < self._min_jump else self._event(x, y, z, mean, step)
+            if self._run == 1:
+                self._run_start = step
+                self._run_jumped = False
+            big = jump >= self._min_jump
+            self._run_jumped = self._run_jumped or big
+            ev = None if suppress or not big else self._event(x, y, z, mean, step)
             if self._run > self.hold:
+                if self.persist_kind is not None and self._run_jumped:
+                    ev = self._persist_event(x, mean, step)
                 self._mean = y
                 self._run = 0
             elif self.learn_on_alarm:
@@ -184,6 +200,14 @@ class EWMASpike(Detector):
     def _learn(self, y: float, d: float) -> None:
         self._mean = self._a * y + self._b * self._mean
         self._var = self._vb * self._var + self._vba * (d * d)
+
+    def _persist_event(self, x: float, mean: float, step: int) -> Event:
+        level = math.exp(mean) if self.log else mean
+        ratio = x / level if level != 0 else math.inf
+        msg = (f"{self.signal} jumped at step {self._run_start} and did not come back: still {ratio:.3g}x its "
+               f"earlier level {level:.4g} after {self.hold} steps")
+        return make_event(Kind(self.persist_kind), "critical", step, self._run_start, type(self).__name__,
+                          self.signal, ratio, self.min_ratio, msg)
 
     def _event(self, x: float, y: float, z: float, mean: float, step: int) -> Event:
         self._cooldown_left = self.cooldown

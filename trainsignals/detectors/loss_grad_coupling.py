@@ -131,7 +131,7 @@ class LossGradCoupling(PairDetector):
                 break
         kind = Kind.SILENT_COLLAPSE if falling else Kind.VANISHING_GRADIENT
         factor = math.exp(abs(dg))
-        trend = (f"the loss still fell {-100 * math.expm1(du):.2g}%" if du < 0 else
+        trend = (f"the loss still fell {-100 * math.expm1(du):.3g}%" if du < 0 else
                  f"the loss changed {100 * math.expm1(du):+.2g}%")
         moved = "collapsed" if dg < 0 else "exploded"
         msg = (f"grad_norm {moved} {factor:.3g}x in {self.lag} steps (since step {onset}) while {trend}: "
