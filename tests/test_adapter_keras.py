@@ -5,7 +5,8 @@ Keras fixes its backend when first imported, so every scenario runs in a child p
 tests below assert on them. The pytest process itself never imports keras (without
 ``KERAS_BACKEND`` keras would reach for TensorFlow, which is not a dependency).
 
-Data: 10 classes of noisy 8x8 "digit" blobs made with NumPy; model: a Dense MLP.
+Data: scikit-learn's bundled 8x8 digits (10 classes of noisy 8x8 blobs made with NumPy when
+scikit-learn is absent); model: a Dense MLP.
 """
 
 from __future__ import annotations
@@ -169,6 +170,14 @@ def _child() -> None:  # pragma: no cover - runs in a subprocess
 
     def digits(n: int = 1500, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng(seed)
+        try:  # scikit-learn's bundled 8x8 digits (no download)
+            from sklearn.datasets import load_digits
+
+            data = load_digits()
+            order = rng.permutation(len(data.target))[:n]  # n: the train split fills whole batches
+            return (data.data[order] / 16).astype("float32"), data.target[order].astype("int32")
+        except ImportError:  # the same shape of problem, made with NumPy
+            pass
         protos = (rng.random((10, 8, 8)) > 0.6).astype("float32") * 16
         y = rng.integers(0, 10, n)
         x = protos[y] + rng.normal(0, 6.0, (n, 8, 8))

@@ -334,3 +334,21 @@ def test_a_loss_that_jumps_and_stays_up_is_critical():
     assert crit[0].step <= 165
     stayed = [e for e in crit if e.detector == "EWMASpike"]
     assert stayed and stayed[0].onset_step == 150 and "did not come back" in stayed[0].message
+
+
+def test_scan_takes_a_table_of_columns():
+    import pyarrow as pa
+
+    sig = run_curve()
+    vs, vv = sig["val_loss"]
+    ref = ts.scan(step=sig["step"], loss=sig["loss"], grad_norm=sig["grad_norm"], lr=sig["lr"],
+                  val_loss=(vs, vv))
+    val_col = np.full(len(sig["step"]), np.nan)
+    val_col[vs] = vv
+    frame = {"step": sig["step"], "loss": sig["loss"], "grad_norm": sig["grad_norm"], "lr": sig["lr"],
+             "val_loss": val_col, "epoch": np.zeros(len(sig["step"]))}
+    assert close_events(ref, ts.scan(frame))
+    table = pa.table({**frame, "val_loss": pa.array(val_col, mask=np.isnan(val_col))})
+    assert close_events(ref, ts.scan(table))
+    with pytest.raises(TypeError, match="data"):
+        ts.scan(3)

@@ -599,18 +599,50 @@ def _dense_column(name: str, v: Any) -> tuple[np.ndarray, np.ndarray | None]:
     return _as_1d(name, v), None
 
 
-def scan(total_steps: int | None = None, **signals: Any) -> list[Event]:
+def scan(data: Any = None, /, *, total_steps: int | None = None, **signals: Any) -> list[Event]:
     """One-shot batch run of a fresh default :class:`Monitor` over whole arrays.
 
     ``ts.scan(loss=..., grad_norm=..., ...)`` takes the keywords of :meth:`Monitor.scan`.
+    ``data`` may instead hold the columns: a pyarrow ``Table`` (a null is "not measured", a
+    NaN a measured non-finite value), a pandas or polars ``DataFrame`` or a mapping of columns,
+    named ``step``, ``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss`` (others are
+    ignored; keywords override columns). ``val_loss`` is taken at the rows where it was
+    measured: non-null in a pyarrow table; in a DataFrame or mapping, NaN marks the rows without
+    validation (pandas' own missing marker).
 
     Example:
         >>> import numpy as np
         >>> loss = np.r_[np.linspace(2.0, 1.0, 100), 1.0 * 1.2 ** np.arange(1, 30)]
         >>> [(e.kind.value, e.step, e.onset_step) for e in scan(loss=loss)]
         [('divergence', 103, 99)]
+        >>> [(e.kind.value, e.step) for e in scan({"step": np.arange(129), "loss": loss})]
+        [('divergence', 103)]
     """
+    if data is not None:
+        for name, col in _columns(data).items():
+            signals.setdefault(name, col)
     return Monitor(total_steps=total_steps).scan(**signals)
+
+
+def _columns(data: Any) -> dict[str, Any]:
+    """Our signals' columns out of a pyarrow Table, a DataFrame or a mapping."""
+    if hasattr(data, "column_names") and hasattr(data, "column"):  # pyarrow Table
+        cols = {n: data.column(n) for n in data.column_names}
+    elif hasattr(data, "columns") and hasattr(data, "__getitem__"):  # pandas / polars DataFrame
+        cols = {str(n): np.asarray(data[n]) for n in data.columns}
+    elif isinstance(data, Mapping):
+        cols = {str(k): v for k, v in data.items()}
+    else:
+        raise TypeError(f"data must be a pyarrow Table, a DataFrame or a mapping of columns, got {type(data).__name__}")
+    out = {k: cols[k] for k in ("step", "loss", "grad_norm", "lr", "update_ratio") if k in cols}
+    if "val_loss" in cols:
+        vals, measured = _dense_column("val_loss", cols["val_loss"])
+        if measured is None:
+            measured = ~np.isnan(vals) if not hasattr(cols["val_loss"], "null_count") else np.ones(len(vals), bool)
+        n = len(vals)
+        st = np.asarray(cols["step"]) if "step" in cols else np.arange(n)
+        out["val_loss"] = (np.asarray(st)[measured].astype(np.int64), vals[measured])
+    return out
 
 
 _ = math
