@@ -498,10 +498,14 @@ def replay_many(
                 results[i] = _replay_file(f)
                 bar.advance(task)
     else:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            # submit before the progress bar starts its thread: forking a threaded process is unsafe
+        # never fork a parent that may run threads (JAX, torch, a rich live display): forkserver
+        # starts workers from a clean server process; spawn where forkserver does not exist
+        methods = multiprocessing.get_all_start_methods()
+        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             futures = {pool.submit(_replay_file, f): i for i, f in enumerate(files)}
             with bar:
                 task = bar.add_task("replay", total=len(files))
