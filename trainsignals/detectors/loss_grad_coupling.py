@@ -23,8 +23,9 @@ class LossGradCoupling(PairDetector):
     On ``u = log(loss)`` and ``g = log(grad_norm)`` the detector keeps smoothed levels (EWMA,
     weight ``alpha``) and compares each with its own value ``lag`` values earlier. The grad
     norm has *decoupled* when its level moved at least ``orders`` decades over that span
-    (``|dg| >= orders * ln 10``) — a healthy run's grad norm drifts far less in ``lag`` steps.
-    Then:
+    (``|dg| >= orders * ln 10``) — a healthy run's grad norm drifts far less in ``lag`` steps —
+    and, when it fell, it fell ``orders`` decades more than the loss did (a classifier fitting
+    its data drives loss and gradient down together: that is coupled, not silent). Then:
 
     * if the loss did not rise over the span (``du <= log(loss_tolerance)``), it is
       ``silent_collapse`` — the loss looks fine while the gradients died (or blew up);
@@ -50,7 +51,7 @@ class LossGradCoupling(PairDetector):
         >>> loss = 2.0 * np.exp(-t / 300)
         >>> grad = np.maximum(np.where(t < 200, 1.0, 10.0 ** (-(t - 200) / 50)), 1e-3)
         >>> [(e.kind.value, e.step, e.onset_step) for e in LossGradCoupling().scan(loss, grad)]
-        [('silent_collapse', 284, 221)]
+        [('silent_collapse', 303, 221)]
     """
 
     signals = ("loss", "grad_norm")
@@ -117,8 +118,11 @@ class LossGradCoupling(PairDetector):
             return None
         du = self._u - self._us[0]
         falling = du <= self._ltol
-        if not falling and dg > 0:
-            return None
+        if dg > 0:
+            if not falling:
+                return None
+        elif falling and -dg - max(0.0, -du) < self._gap:
+            return None  # the grad norm fell with the loss (e.g. a classifier fitting its data)
         return self._event(step, dg, du, falling)
 
     def _event(self, step: int, dg: float, du: float, falling: bool) -> Event:
@@ -158,8 +162,10 @@ class LossGradCoupling(PairDetector):
             k = first_true(~big)
         elif big.any():
             uext = np.concatenate((np.asarray(self._us), uu))
-            falling = uu - uext[1:lim + 1] <= self._ltol
-            k = first_true(big & (falling | (dg < 0)))
+            du = uu - uext[1:lim + 1]
+            falling = du <= self._ltol
+            coupled = falling & (-dg - np.maximum(0.0, -du) < self._gap)
+            k = first_true(big & np.where(dg > 0, falling, ~coupled))
         if k:
             self._u, self._g = float(uu[k - 1]), float(gg[k - 1])
             m = self.lag + 1
