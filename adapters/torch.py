@@ -1,0 +1,462 @@
+"""PyTorch adapter: measure a hand-written training loop with optimizer hooks, one host transfer per step.
+
+:class:`TorchWatcher` hooks the optimizer (``register_step_pre_hook`` /
+``register_step_post_hook``) and, optionally, the model's activation modules
+(``register_forward_hook``). It measures on the device and feeds a
+:class:`~trainsignals.Monitor`:
+
+* **gradients** — in the optimizer's step *pre*-hook, i.e. after ``backward()`` and after any
+  clipping you did, before the weights change: one fused multi-tensor kernel
+  (``torch._foreach_norm``) gives every parameter tensor's grad norm; the global norm and the
+  per-layer norms are assembled from them on the device;
+* **update ratio** ‖Δw‖/‖w‖ — every ``update_ratio_every`` optimizer steps the pre-hook copies
+  the parameters (``torch._foreach_mul``: **one extra copy of the parameters, on measuring steps
+  only**, freed in the post-hook) and the post-hook differences them; global and per layer
+  (the Monitor takes the global ratio; the per-layer ratios are in :attr:`TorchWatcher.last_layer_update_ratios`);
+* **learning rate** — ``optimizer.param_groups[0]["lr"]`` is fed as ``lr``; when groups differ,
+  all of them are in :attr:`TorchWatcher.last_lrs`;
+* **activations** (``activations_every > 0``) — forward hooks on modules of
+  ``activation_types`` measure, on the measuring steps, the fraction of dead units (a unit —
+  each output element past the batch dimension — is dead when it is exactly 0 for every sample
+  of the batch) and, for ``Tanh`` (|y| > 0.99) and ``Sigmoid`` (y < 0.01 or y > 0.99), the
+  saturated fraction. Only forward passes in training mode count (validation passes in
+  ``model.eval()`` are ignored); several forward passes in one step (gradient accumulation)
+  are averaged.
+
+Everything — the loss, the norms, the ratios, the activation statistics — is stacked into
+**one** tensor and brought to the host with **one** ``.tolist()`` in :meth:`TorchWatcher.update`:
+no synchronisation per parameter.
+
+Where to call it::
+
+    watcher = TorchWatcher(model, optimizer, total_steps=len(loader) * epochs)
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()                   # the hooks measure here
+        events = watcher.update(loss=loss)  # once per optimizer step, after optimizer.step()
+        optimizer.zero_grad()              # before or after update(): the grads were read in the hook
+        if watcher.should_stop:
+            break
+    watcher.close()                        # removes every hook
+
+**Grad norm before clipping.** The pre-hook sees the gradients the optimizer applies, i.e.
+*after* ``clip_grad_norm_``. For the norm before clipping either call
+:meth:`TorchWatcher.capture_grads` right after ``backward()`` (before clipping; the pre-hook
+then does not measure again), or pass the norm that ``clip_grad_norm_`` returns:
+``watcher.update(loss=loss, grad_norm=total_norm)`` (it is a device tensor: still one transfer).
+
+**Gradient accumulation** needs nothing: the hooks are on the optimizer step, so the
+accumulated gradients are measured once per optimizer step; call :meth:`update` once per
+optimizer step (pass the mean loss of the micro-batches).
+
+**Mixed precision.** Pass ``scaler=`` your ``torch.amp.GradScaler``. ``scaler.step(optimizer)``
+unscales the gradients before it calls ``optimizer.step()``, so the pre-hook measures unscaled
+norms; :meth:`capture_grads` before ``scaler.unscale_`` divides by the current scale. When the
+scaler skips a step (non-finite gradients: ``optimizer.step()`` is not called, the hooks do not
+run) :meth:`update` returns an ``info`` event of kind ``nonfinite`` ("GradScaler skipped the
+step...") instead of feeding the Monitor non-finite values — normal during loss-scale
+calibration, not a divergence; 10 skipped steps in a row (``max_skipped``) give a critical
+event and set :attr:`TorchWatcher.should_stop`. These adapter events are returned by
+:meth:`update` and kept in :attr:`TorchWatcher.events`; they are not in ``monitor.events``.
+
+Importing this module imports ``torch``; ``import trainsignals`` does not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+import trainsignals as ts
+from trainsignals._events import Kind, make_event
+
+__all__ = ["TorchWatcher"]
+
+_SATURATING: tuple[tuple[type[nn.Module], float, float], ...] = (
+    (nn.Tanh, -0.99, 0.99),     # |y| > 0.99
+    (nn.Sigmoid, 0.01, 0.99),   # y < 0.01 or y > 0.99
+)
+
+
+def _saturation_band(module: nn.Module) -> tuple[float, float] | None:
+    for cls, lo, hi in _SATURATING:
+        if isinstance(module, cls):
+            return lo, hi
+    return None
+
+
+class _ActStats:
+    """Device accumulators of one hooked module for the current measuring step."""
+
+    __slots__ = ("band", "calls", "dead", "sat")
+
+    def __init__(self, band: tuple[float, float] | None) -> None:
+        self.band = band
+        self.calls = 0
+        self.dead: torch.Tensor | None = None
+        self.sat: torch.Tensor | None = None
+
+    def add(self, y: torch.Tensor) -> None:
+        with torch.no_grad():
+            flat = y.detach().reshape(y.shape[0], -1) if y.dim() > 1 else y.detach().reshape(1, -1)
+            dead = (flat == 0).all(dim=0).float().mean()
+            self.dead = dead if self.dead is None else self.dead + dead
+            if self.band is not None:
+                lo, hi = self.band
+                sat = ((flat < lo) | (flat > hi)).float().mean()
+                self.sat = sat if self.sat is None else self.sat + sat
+            self.calls += 1
+
+    def clear(self) -> None:
+        self.calls = 0
+        self.dead = self.sat = None
+
+
+class TorchWatcher:
+    """Watches a PyTorch training loop through optimizer and forward hooks; feeds a Monitor.
+
+    Call :meth:`update` once per optimizer step, after ``optimizer.step()`` (see the module
+    docstring for the exact place, clipping, accumulation and mixed precision).
+
+    Args:
+        model: the ``nn.Module`` being trained; its ``named_parameters()`` names the layers.
+        optimizer: the ``torch.optim.Optimizer`` that steps it (the hooks go on it).
+        monitor: the Monitor to feed; a fresh ``Monitor(total_steps=..., recorder=...)`` when None.
+        per_layer: ``"parameter"`` — one grad norm per parameter tensor (names as in
+            ``model.named_parameters()``), ``"module"`` — one per module owning parameters
+            (the root-square-sum of its tensors' norms; names without the ``.weight``/``.bias``
+            suffix), or None — the global norm only.
+        update_ratio_every: measure ‖Δw‖/‖w‖ every this many optimizer steps (0: never). Costs
+            one copy of the parameters on those steps only.
+        activations_every: measure activation statistics every this many steps (0: never).
+        activation_types: module classes whose outputs are measured.
+        recorder: passed to the new Monitor (ignored when ``monitor`` is given).
+        total_steps: passed to the new Monitor (ignored when ``monitor`` is given).
+        scaler: a ``torch.amp.GradScaler`` in use, if any (mixed precision).
+        max_skipped: consecutive steps skipped by the scaler that make a critical event.
+
+    Raises:
+        ValueError: a bad ``per_layer``, a negative cadence, or a model without trainable parameters.
+
+    Attributes:
+        monitor: the Monitor fed.
+        last_lrs: the learning rate of every param group at the latest update.
+        last_layer_update_ratios: per-layer ‖Δw‖/‖w‖ of the latest measuring step (or None).
+        events: the adapter's own events (GradScaler skips).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        monitor: ts.Monitor | None = None,
+        *,
+        per_layer: Literal["parameter", "module"] | None = "parameter",
+        update_ratio_every: int = 10,
+        activations_every: int = 0,
+        activation_types: tuple[type[nn.Module], ...] = (nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid),
+        recorder: ts.Recorder | None = None,
+        total_steps: int | None = None,
+        scaler: Any = None,
+        max_skipped: int = 10,
+    ) -> None:
+        if per_layer not in ("parameter", "module", None):
+            raise ValueError(f"per_layer must be 'parameter', 'module' or None, got {per_layer!r}")
+        for name, v in (("update_ratio_every", update_ratio_every), ("activations_every", activations_every),
+                        ("max_skipped", max_skipped)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        self.model = model
+        self.optimizer = optimizer
+        self.monitor = monitor if monitor is not None else ts.Monitor(total_steps=total_steps, recorder=recorder)
+        self.per_layer = per_layer
+        self.update_ratio_every = update_ratio_every
+        self.activations_every = activations_every
+        self.scaler = scaler
+        self.max_skipped = max_skipped
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError("the model has no trainable parameters")
+        self.param_names: tuple[str, ...] = tuple(n for n, _ in named)
+        self._params: list[torch.Tensor] = [p for _, p in named]
+        self._device = self._params[0].device
+        if per_layer == "module":
+            owners = [n.rsplit(".", 1)[0] if "." in n else n for n in self.param_names]
+            self.layer_names: tuple[str, ...] = tuple(dict.fromkeys(owners))
+            pos = {m: i for i, m in enumerate(self.layer_names)}
+            self._module_index: torch.Tensor | None = torch.tensor([pos[o] for o in owners], device=self._device)
+        else:
+            self.layer_names = self.param_names
+            self._module_index = None
+        self.last_lrs: list[float] = []
+        self.last_layer_update_ratios: dict[str, float] | None = None
+        self.events: list[ts.Event] = []
+        self._step = 0                      # index of the optimizer step being measured
+        self._grad_sq: torch.Tensor | None = None        # per-parameter squared norms of this step
+        self._ratio: torch.Tensor | None = None          # [global, per layer...] update ratios
+        self._snapshot: list[torch.Tensor] | None = None
+        self._w_sq: torch.Tensor | None = None
+        self._stepped = False
+        self._skipped_run = 0
+        self._skip_critical = False
+        self._handles: list[Any] = [
+            optimizer.register_step_pre_hook(self._pre_hook),
+            optimizer.register_step_post_hook(self._post_hook),
+        ]
+        self._acts: dict[str, _ActStats] = {}
+        if activations_every > 0:
+            for name, module in model.named_modules():
+                if isinstance(module, activation_types):
+                    self._acts[name or type(module).__name__] = _ActStats(_saturation_band(module))
+                    self._handles.append(module.register_forward_hook(self._make_act_hook(name or type(module).__name__)))
+
+    # ------------------------------------------------------------------------------------
+    # Hooks
+    # ------------------------------------------------------------------------------------
+    def _make_act_hook(self, name: str) -> Any:
+        stats = self._acts[name]
+
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if module.training and self._measure_acts() and isinstance(output, torch.Tensor):
+                stats.add(output)
+
+        return hook
+
+    def _measure_acts(self) -> bool:
+        return self.activations_every > 0 and self._step % self.activations_every == 0
+
+    def _measure_ratio(self) -> bool:
+        return self.update_ratio_every > 0 and self._step % self.update_ratio_every == 0
+
+    def _norms(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """Squared L2 norms of ``tensors`` as one float32 vector on the watcher's device (fused kernels)."""
+        by_device: dict[torch.device, list[int]] = {}
+        for i, t in enumerate(tensors):
+            by_device.setdefault(t.device, []).append(i)
+        if len(by_device) == 1:
+            return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32)).to(self._device).square()
+        out = torch.zeros(len(tensors), device=self._device)
+        for idx in by_device.values():
+            norms = torch.stack(torch._foreach_norm([tensors[i] for i in idx], 2, dtype=torch.float32))
+            out[torch.tensor(idx, device=self._device)] = norms.to(self._device).square()
+        return out
+
+    def _grad_sq_now(self) -> torch.Tensor:
+        grads = [p.grad for p in self._params]
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if len(present) == len(grads):
+            return self._norms([g for g in grads if g is not None])
+        out = torch.zeros(len(grads), device=self._device)
+        if present:
+            sq = self._norms([g for g in grads if g is not None])
+            out[torch.tensor(present, device=self._device)] = sq
+        return out
+
+    def capture_grads(self) -> None:
+        """Measure the gradients now (call after ``backward()``, before clipping or unscaling).
+
+        The optimizer's pre-hook then does not measure this step again, so the Monitor sees
+        the norms before clipping. Under a GradScaler whose ``unscale_`` was not called yet,
+        the norms are divided by the current scale (a device tensor: no synchronisation).
+        """
+        with torch.no_grad():
+            sq = self._grad_sq_now()
+            if self.scaler is not None and self.scaler.is_enabled() and not self._unscaled():
+                scale = getattr(self.scaler, "_scale", None)
+                inv = (1.0 / scale.to(self._device).float()) if isinstance(scale, torch.Tensor) else \
+                    1.0 / float(self.scaler.get_scale())
+                sq = sq * inv * inv
+            self._grad_sq = sq
+
+    def _unscaled(self) -> bool:
+        """Whether ``scaler.unscale_(optimizer)`` already ran for this step."""
+        states = getattr(self.scaler, "_per_optimizer_states", {})
+        stage = states.get(id(self.optimizer), {}).get("stage") if isinstance(states, Mapping) else None
+        return getattr(stage, "name", "") == "UNSCALED"
+
+    def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        with torch.no_grad():
+            if self._grad_sq is None:
+                self._grad_sq = self._grad_sq_now()
+            if self._measure_ratio():
+                params = [p.detach() for p in self._params]
+                self._w_sq = self._norms(params)
+                self._snapshot = list(torch._foreach_mul(params, 1.0))   # one copy, freed in the post-hook
+
+    def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._stepped = True
+        if self._snapshot is None or self._w_sq is None:
+            return
+        with torch.no_grad():
+            snap = self._snapshot
+            torch._foreach_sub_(snap, [p.detach() for p in self._params])   # old - new, in place
+            d_sq = self._norms(snap)
+            w_sq = self._w_sq
+            glob = d_sq.sum().sqrt() / w_sq.sum().sqrt().clamp_min(1e-30)
+            d_l, w_l = self._per_layer(d_sq), self._per_layer(w_sq)
+            per = d_l.sqrt() / w_l.sqrt().clamp_min(1e-30)
+            self._ratio = torch.cat([glob.reshape(1), per])
+        self._snapshot = None
+        self._w_sq = None
+
+    def _per_layer(self, sq: torch.Tensor) -> torch.Tensor:
+        if self._module_index is None:
+            return sq
+        return torch.zeros(len(self.layer_names), device=sq.device).index_add_(0, self._module_index, sq)
+
+    # ------------------------------------------------------------------------------------
+    # The per-step call
+    # ------------------------------------------------------------------------------------
+    def update(self, loss: Any = None, *, grad_norm: Any = None, val_loss: Any = None,
+               step: int | None = None) -> list[ts.Event]:
+        """Feed the Monitor this optimizer step's measurements; one host transfer.
+
+        Call once per optimizer step, after ``optimizer.step()`` (or ``scaler.step(optimizer)``).
+
+        Args:
+            loss: the step's training loss (a tensor — kept on the device until the single
+                transfer — or a number). With gradient accumulation, the mean over the micro-batches.
+            grad_norm: overrides the measured global grad norm (e.g. what ``clip_grad_norm_``
+                returned: the norm before clipping).
+            val_loss: a validation loss measured at this step.
+            step: the step number (default: the number of updates so far, from 0).
+
+        Returns:
+            The events raised at this step (the Monitor's, then the adapter's own).
+        """
+        s = self._step if step is None else int(step)
+        skipped = self.scaler is not None and not self._stepped
+        parts: list[torch.Tensor] = []
+        layout: list[tuple[str, int]] = []
+
+        def put(key: str, t: torch.Tensor) -> None:
+            t = t.detach().reshape(-1).to(device=self._device, dtype=torch.float32)
+            parts.append(t)
+            layout.append((key, t.numel()))
+
+        host: dict[str, Any] = {}
+        for key, v in (("loss", loss), ("grad_norm", grad_norm), ("val_loss", val_loss)):
+            if isinstance(v, torch.Tensor):
+                put(key, v)
+            elif v is not None:
+                host[key] = v
+        grad_sq = self._grad_sq
+        if grad_sq is not None and not skipped:
+            if grad_norm is None:
+                put("grad_norm", grad_sq.sum().sqrt())
+            if self.per_layer is not None:
+                put("layers", self._per_layer(grad_sq).sqrt())
+        if self._ratio is not None and not skipped:
+            put("ratio", self._ratio)
+        lrs = [g["lr"] for g in self.optimizer.param_groups]
+        if any(isinstance(lr, torch.Tensor) for lr in lrs):
+            put("lrs", torch.stack([torch.as_tensor(lr, dtype=torch.float32).reshape(()).to(self._device)
+                                    for lr in lrs]))
+        else:
+            host["lrs"] = [float(lr) for lr in lrs]
+        act_names = [n for n, a in self._acts.items() if a.calls]
+        for act in act_names:
+            a = self._acts[act]
+            assert a.dead is not None
+            put("dead", a.dead / a.calls)
+            put("sat", (a.sat / a.calls) if a.sat is not None else torch.full((1,), math.nan, device=self._device))
+
+        values: list[float] = torch.cat(parts).tolist() if parts else []   # the one host transfer
+        got: dict[str, list[float]] = {}
+        pos = 0
+        for key, width in layout:
+            got.setdefault(key, []).extend(values[pos:pos + width])
+            pos += width
+        kw: dict[str, Any] = {}
+        for key in ("loss", "grad_norm", "val_loss"):
+            if key in got:
+                kw[key] = got[key][0]
+            elif key in host:
+                kw[key] = host[key]
+        self.last_lrs = got.get("lrs") or host["lrs"]
+        if self.last_lrs:
+            kw["lr"] = self.last_lrs[0]
+        if "layers" in got:
+            kw["layer_grad_norms"] = dict(zip(self.layer_names, got["layers"]))
+        if "ratio" in got:
+            kw["update_ratio"] = got["ratio"][0]
+            self.last_layer_update_ratios = dict(zip(self.layer_names, got["ratio"][1:]))
+        if self._acts and self._measure_acts():
+            dead = iter(got.get("dead", []))
+            sat = iter(got.get("sat", []))
+            called = set(act_names)
+            kw["activations"] = {
+                n: ({"dead_frac": next(dead), "saturation": next(sat)} if n in called
+                    else {"dead_frac": math.nan, "saturation": math.nan})
+                for n in self._acts
+            }
+        own: list[ts.Event] = []
+        if skipped:
+            own = self._skip_events(s)
+            for key in ("loss", "grad_norm", "update_ratio", "layer_grad_norms"):   # not fed: inf/nan by design
+                if key != "loss" or not _finite(kw.get("loss")):
+                    kw.pop(key, None)
+        elif self.scaler is not None:
+            self._skipped_run = 0
+        events = self.monitor.update(step=s, **kw)
+        self.events.extend(own)
+        # reset for the next step
+        self._grad_sq = None
+        self._ratio = None
+        self._stepped = False
+        for a in self._acts.values():
+            a.clear()
+        self._step = s + 1
+        return events + own
+
+    def _skip_events(self, step: int) -> list[ts.Event]:
+        self._skipped_run += 1
+        if self._skipped_run == 1:
+            return [make_event(
+                Kind.NONFINITE, "info", step, step, "GradScaler", "grad_norm", math.inf, 0.0,
+                "GradScaler skipped the step (non-finite gradients); the scale was lowered — "
+                "normal while the loss scale calibrates")]
+        if self._skipped_run == self.max_skipped:
+            self._skip_critical = True
+            return [make_event(
+                Kind.NONFINITE, "critical", step, step - self.max_skipped + 1, "GradScaler", "grad_norm",
+                float(self._skipped_run), float(self.max_skipped),
+                f"GradScaler skipped {self._skipped_run} steps in a row: the gradients stay non-finite "
+                "whatever the loss scale")]
+        return []
+
+    # ------------------------------------------------------------------------------------
+    @property
+    def should_stop(self) -> bool:
+        """True once the Monitor says so, or the GradScaler skipped ``max_skipped`` steps in a row."""
+        return self.monitor.should_stop or self._skip_critical
+
+    @property
+    def step(self) -> int:
+        """The number of the next step :meth:`update` will report."""
+        return self._step
+
+    def close(self) -> None:
+        """Remove every hook this watcher installed (optimizer and forward hooks)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._snapshot = None
+
+    def __enter__(self) -> TorchWatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
