@@ -25,20 +25,15 @@ import platform
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import healthy  # noqa: E402  (the same long healthy run as the core benchmark)
+
 TARGET_STEPS_PER_S = 5e6
 TARGET_RATIO = 20.0
-
-
-def healthy(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A long healthy run: decaying loss with t(5) noise and rare spikes; a drifting grad norm."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(n)
-    loss = (2.0 * np.exp(-t / (n / 3)) + 0.5) * np.exp(rng.standard_t(5, n) * 0.02)
-    grad = (np.exp(-t / n) + 0.1) * np.exp(rng.normal(0, 0.1, n))
-    return loss, grad
 
 
 def main(argv: list[str] | None = None) -> dict:
