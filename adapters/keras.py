@@ -52,6 +52,7 @@ from typing import Any
 import keras
 
 import trainsignals as ts
+from trainsignals._events import check_kinds
 
 __all__ = ["GradStatsMixin", "TrainSignalsCallback", "TrainingFailure", "with_grad_stats"]
 
@@ -265,11 +266,7 @@ class TrainSignalsCallback(keras.callbacks.Callback):
             raise ValueError(f"on_critical must be 'stop', 'warn' or 'raise', got {on_critical!r}")
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
             raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
-        kinds = {k.value for k in ts.Kind}
-        self.also_stop_on = tuple(ts.Kind(k).value if k in kinds else k for k in also_stop_on)
-        bad = [k for k in self.also_stop_on if k not in kinds]
-        if bad:
-            raise ValueError(f"also_stop_on must contain Kind values, got {bad}")
+        self.also_stop_on = check_kinds("also_stop_on", also_stop_on)
         self._monitor = monitor
         self.total_steps = total_steps
         self.on_critical = on_critical

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Event", "Kind", "Severity", "SEVERITIES"]
+__all__ = ["Event", "Kind", "Severity", "SEVERITIES", "check_kinds"]
 
 
 class Kind(str, enum.Enum):
@@ -30,6 +30,20 @@ class Kind(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def check_kinds(name: str, values: Any) -> tuple[str, ...]:
+    """Validate a collection of kinds (``Kind`` members or their strings); returns the strings.
+
+    Raises:
+        ValueError: naming ``name`` and the values that are not kinds.
+    """
+    kinds = tuple(k.value for k in Kind)
+    out = tuple(Kind(k).value if k in kinds else k for k in values)
+    bad = [k for k in out if k not in kinds]
+    if bad:
+        raise ValueError(f"{name} must contain Kind values {kinds}, got {bad}")
+    return out
 
 
 Severity = str  # "info" | "warning" | "critical"

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from ._events import Event, Kind
+from ._events import Event, Kind, check_kinds
 from ._recorder import Recorder
 from ._validate import check_range, to_float, to_step
 from .detectors import (
@@ -170,10 +170,7 @@ class Monitor:
             )
         kinds = tuple(k.value for k in Kind)
         if stop_on is not None:
-            stop_on = tuple(Kind(k).value if k in kinds else k for k in stop_on)
-            bad = [k for k in stop_on if k not in kinds]
-            if bad:
-                raise ValueError(f"stop_on must contain Kind values {kinds}, got {bad}")
+            stop_on = check_kinds("stop_on", stop_on)
         self.total_steps = total_steps
         self.stop_on = stop_on
         self.warmup = warmup
