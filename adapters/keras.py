@@ -52,25 +52,11 @@ from typing import Any
 import keras
 
 import trainsignals as ts
-from trainsignals._events import check_kinds
+from trainsignals._events import TrainingFailure, check_kinds
 
 __all__ = ["GradStatsMixin", "TrainSignalsCallback", "TrainingFailure", "with_grad_stats"]
 
 _STATS_KEYS = ("grad_norm", "update_ratio", "batch_loss", "layer_grad_norms")
-
-
-class TrainingFailure(RuntimeError):
-    """Raised by :class:`TrainSignalsCallback` with ``on_critical="raise"``.
-
-    Attributes:
-        events: the events that made the run fail (the critical ones of the step, and any
-            kind named in ``also_stop_on``).
-    """
-
-    def __init__(self, events: list[ts.Event]) -> None:
-        self.events = list(events)
-        lines = "\n".join(str(e) for e in self.events)
-        super().__init__(f"training failed:\n{lines}")
 
 
 # ------------------------------------------------------------------------------------------

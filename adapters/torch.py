@@ -66,16 +66,17 @@ Importing this module imports ``torch``; ``import trainsignals`` does not.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
 import trainsignals as ts
-from trainsignals._events import Kind, make_event
+from trainsignals._events import Kind, TrainingFailure, check_kinds, make_event
 
-__all__ = ["TorchWatcher"]
+__all__ = ["TorchWatcher", "TrainingFailure"]
 
 _SATURATING: tuple[tuple[type[nn.Module], float, float], ...] = (
     (nn.Tanh, -0.99, 0.99),     # |y| > 0.99
@@ -138,16 +139,51 @@ class TorchWatcher:
         recorder: passed to the new Monitor (ignored when ``monitor`` is given).
         total_steps: passed to the new Monitor (ignored when ``monitor`` is given).
         scaler: a ``torch.amp.GradScaler`` in use, if any (mixed precision).
-        max_skipped: consecutive steps skipped by the scaler that make a critical event.
+        max_skipped: consecutive skipped steps (by the scaler, or by ``skip_nonfinite_steps``)
+            that make a critical event.
+        on_critical: what a critical event (of a kind in the Monitor's ``stop_on``) does when no
+            rollback handles it: ``"stop"`` sets :attr:`should_stop` (your loop breaks on it),
+            ``"raise"`` raises :class:`TrainingFailure` from :meth:`update`, ``"warn"`` issues a
+            ``RuntimeWarning`` and trains on.
+        skip_nonfinite_steps: skip the update of a step whose gradients hold inf/nan, decided on
+            the device (no host synchronisation). With a fused optimizer (``fused=True``: Adam,
+            AdamW, SGD, Adagrad) the optimizer itself skips the step, state included, as under a
+            GradScaler. With any other optimizer the non-finite gradients are zeroed before the
+            step and the parameters restored after it from a copy taken in the pre-hook (one
+            copy of the parameters kept, one extra pass over them per step); the optimizer's
+            state (momentum, moments, step count) then sees a zero gradient for that step.
+            A skipped step gives an ``info`` event; ``max_skipped`` in a row a critical one.
+            Ignored while a GradScaler is given (it already skips such steps).
+        rollback: on a critical event of a ``rollback_on`` kind, go back to the last good state
+            instead of stopping. ``True``: every ``rollback_every`` steps the watcher keeps a copy
+            of the model's and the optimizer's ``state_dict()`` (on ``rollback_device``; costs
+            one copy of the parameters and of the optimizer state, the last two quiet
+            snapshots kept), taken only when no warning or critical event fired in the
+            ``rollback_every`` steps before; it restores the newest one older than the
+            failure's onset. A callable ``rollback(event)`` restores from your own
+            checkpointing instead (its return value, e.g. a path, is named in the event). In
+            both cases the Monitor's detectors go back to that snapshot (the events stay) and
+            an ``info`` event of the failure's kind from detector ``"rollback"`` is recorded.
+            After ``max_rollbacks`` rollbacks, critical events follow ``on_critical`` again.
+        rollback_every: steps between snapshots.
+        rollback_lr_factor: multiply every param group's learning rate (and ``initial_lr``,
+            which LR schedulers start from) by this factor on each rollback; in (0, 1].
+        max_rollbacks: rollbacks allowed in the run.
+        rollback_on: kinds whose critical events roll back.
+        rollback_device: where in-memory snapshots live (default: the parameters' device;
+            ``"cpu"`` spares accelerator memory at the cost of a copy).
 
     Raises:
-        ValueError: a bad ``per_layer``, a negative cadence, or a model without trainable parameters.
+        ValueError: a bad ``per_layer``, ``on_critical``, cadence, rollback setting or kind, or
+            a model without trainable parameters (the message names the parameter).
 
     Attributes:
         monitor: the Monitor fed.
         last_lrs: the learning rate of every param group at the latest update.
         last_layer_update_ratios: per-layer ‖Δw‖/‖w‖ of the latest measuring step (or None).
-        events: the adapter's own events (GradScaler skips).
+        events: every event :meth:`update` returned (the Monitor's and the adapter's own).
+        failure_events: the critical events that stopped (or would have stopped) the run.
+        n_rollbacks: rollbacks done so far.
     """
 
     def __init__(
@@ -164,13 +200,49 @@ class TorchWatcher:
         total_steps: int | None = None,
         scaler: Any = None,
         max_skipped: int = 10,
+        on_critical: Literal["stop", "raise", "warn"] = "stop",
+        skip_nonfinite_steps: bool = False,
+        rollback: bool | Callable[[ts.Event], Any] = False,
+        rollback_every: int = 100,
+        rollback_lr_factor: float = 1.0,
+        max_rollbacks: int = 3,
+        rollback_on: tuple[str, ...] = ("nonfinite", "divergence", "grad_explosion"),
+        rollback_device: str | torch.device | None = None,
     ) -> None:
         if per_layer not in ("parameter", "module", None):
             raise ValueError(f"per_layer must be 'parameter', 'module' or None, got {per_layer!r}")
+        if on_critical not in ("stop", "raise", "warn"):
+            raise ValueError(f"on_critical must be 'stop', 'raise' or 'warn', got {on_critical!r}")
         for name, v in (("update_ratio_every", update_ratio_every), ("activations_every", activations_every),
-                        ("max_skipped", max_skipped)):
+                        ("max_skipped", max_skipped), ("max_rollbacks", max_rollbacks)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        if not isinstance(rollback_every, int) or isinstance(rollback_every, bool) or rollback_every < 1:
+            raise ValueError(f"rollback_every must be an integer >= 1, got {rollback_every!r}")
+        if not (isinstance(rollback, bool) or callable(rollback)):
+            raise ValueError(f"rollback must be True, False or a callable, got {rollback!r}")
+        if isinstance(rollback_lr_factor, bool) or not isinstance(rollback_lr_factor, (int, float)) \
+                or not 0.0 < rollback_lr_factor <= 1.0:
+            raise ValueError(f"rollback_lr_factor must be in (0, 1], got {rollback_lr_factor!r}")
+        if not isinstance(skip_nonfinite_steps, bool):
+            raise ValueError(f"skip_nonfinite_steps must be a bool, got {skip_nonfinite_steps!r}")
+        self.rollback_on = check_kinds("rollback_on", rollback_on)
+        self.on_critical = on_critical
+        self.skip_nonfinite_steps = skip_nonfinite_steps
+        self.rollback = rollback
+        self.rollback_every = rollback_every
+        self.rollback_lr_factor = float(rollback_lr_factor)
+        self.max_rollbacks = max_rollbacks
+        self.rollback_device = torch.device(rollback_device) if rollback_device is not None else None
+        self.n_rollbacks = 0
+        self.failure_events: list[ts.Event] = []
+        self._stop = False
+        self._pending: list[ts.Event] = []
+        self._good: list[tuple[int, Any, Any, dict[str, Any]]] = []
+        fused = any(g.get("fused") for g in optimizer.param_groups)
+        self._fused_skip = bool(fused and getattr(optimizer, "_step_supports_amp_scaling", False))
+        self._skip_copy: list[torch.Tensor] | None = None
+        self._ok: torch.Tensor | None = None
         self.model = model
         self.optimizer = optimizer
         self.monitor = monitor if monitor is not None else ts.Monitor(total_steps=total_steps, recorder=recorder)
@@ -203,7 +275,6 @@ class TorchWatcher:
         self._w_sq: torch.Tensor | None = None
         self._stepped = False
         self._skipped_run = 0
-        self._skip_critical = False
         self._handles: list[Any] = [
             optimizer.register_step_pre_hook(self._pre_hook),
             optimizer.register_step_post_hook(self._post_hook),
@@ -287,9 +358,43 @@ class TorchWatcher:
                 params = [p.detach() for p in self._params]
                 self._w_sq = self._norms(params)
                 self._snapshot = list(torch._foreach_mul(params, 1.0))   # one copy, freed in the post-hook
+            if self.skip_nonfinite_steps and self.scaler is None:
+                self._skip_prepare(optimizer)
+
+    def _skip_prepare(self, optimizer: Any) -> None:
+        """Decide on the device whether this step's gradients are finite; arrange the skip."""
+        assert self._grad_sq is not None
+        ok = torch.isfinite(self._grad_sq.sum())
+        if self._fused_skip:
+            optimizer.found_inf = (~ok).float()     # the fused kernels skip the step on the device
+            return
+        grads = [p.grad for p in self._params if p.grad is not None]
+        for g in grads:
+            g.nan_to_num_(0.0, 0.0, 0.0)
+        torch._foreach_mul_(grads, ok.float())       # a non-finite step: all gradients 0
+        params = [p.detach() for p in self._params]
+        if self._skip_copy is None:
+            self._skip_copy = [torch.empty_like(p) for p in params]
+        torch._foreach_copy_(self._skip_copy, params)
+        self._ok = ok
+
+    def _skip_finish(self, optimizer: Any) -> None:
+        if self._fused_skip:
+            if hasattr(optimizer, "found_inf"):
+                del optimizer.found_inf
+            return
+        if self._ok is not None and self._skip_copy is not None:
+            bad = (~self._ok).float()
+            # lerp(p, copy, 1) == copy and lerp(p, copy, 0) == p, exactly
+            params = [p.detach() for p in self._params]
+            torch._foreach_lerp_(params, self._skip_copy, [bad] * len(params))
+            self._ok = None
 
     def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._stepped = True
+        if self.skip_nonfinite_steps and self.scaler is None:
+            with torch.no_grad():
+                self._skip_finish(optimizer)
         if self._snapshot is None or self._w_sq is None:
             return
         with torch.no_grad():
@@ -327,10 +432,49 @@ class TorchWatcher:
             step: the step number (default: the number of updates so far, from 0).
 
         Returns:
-            The events raised at this step (the Monitor's, then the adapter's own).
+            The events raised at this step: the Monitor's, then the adapter's own (skipped
+            steps, rollbacks), all of them also in ``monitor.events``.
+
+        Raises:
+            TrainingFailure: with ``on_critical="raise"``, when a critical event is not
+                handled by a rollback.
         """
         s = self._step if step is None else int(step)
-        skipped = self.scaler is not None and not self._stepped
+        scaler_skipped = self.scaler is not None and not self._stepped
+        packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped)
+        values = self._transfer(packed, layout)                 # the one host transfer
+        got: dict[str, list[float]] = {}
+        pos = 0
+        for key, width in layout:
+            got.setdefault(key, []).extend(values[pos:pos + width])
+            pos += width
+        kw = self._signals(got, host)
+        nonfinite_skip = (self.skip_nonfinite_steps and not scaler_skipped and "measured" in got
+                          and not math.isfinite(got["measured"][0]))
+        own: list[ts.Event] = self._pending
+        self._pending = []
+        if scaler_skipped or nonfinite_skip:
+            own = own + self._skip_events(s, "GradScaler" if scaler_skipped else "skip_nonfinite_steps")
+            for key in ("loss", "grad_norm", "update_ratio", "layer_grad_norms"):   # not fed: inf/nan by design
+                if key != "loss" or not _finite(kw.get("loss")):
+                    kw.pop(key, None)
+        elif self.scaler is not None or self.skip_nonfinite_steps:
+            self._skipped_run = 0
+        events = self.monitor.update(step=s, events=own, **kw)
+        # reset for the next step
+        self._grad_sq = None
+        self._ratio = None
+        self._stepped = False
+        for a in self._acts.values():
+            a.clear()
+        self._step = s + 1
+        events = self._guard(s, events)
+        self.events.extend(events)
+        return events
+
+    def _pack(self, loss: Any, grad_norm: Any, val_loss: Any, *, skipped: bool
+              ) -> tuple[torch.Tensor | None, list[tuple[str, int]], dict[str, Any]]:
+        """Everything measured on the device, as one float32 vector, its layout, and the host values."""
         parts: list[torch.Tensor] = []
         layout: list[tuple[str, int]] = []
 
@@ -347,8 +491,7 @@ class TorchWatcher:
                 host[key] = v
         grad_sq = self._grad_sq
         if grad_sq is not None and not skipped:
-            if grad_norm is None:
-                put("grad_norm", grad_sq.sum().sqrt())
+            put("measured", grad_sq.sum().sqrt())
             if self.per_layer is not None:
                 put("layers", self._per_layer(grad_sq).sqrt())
         if self._ratio is not None and not skipped:
@@ -359,20 +502,28 @@ class TorchWatcher:
                                     for lr in lrs]))
         else:
             host["lrs"] = [float(lr) for lr in lrs]
-        act_names = [n for n, a in self._acts.items() if a.calls]
-        for act in act_names:
-            a = self._acts[act]
-            assert a.dead is not None
-            put("dead", a.dead / a.calls)
-            put("sat", (a.sat / a.calls) if a.sat is not None else torch.full((1,), math.nan, device=self._device))
+        for name, a in self._acts.items():
+            if a.calls:
+                assert a.dead is not None
+                put("dead", a.dead / a.calls)
+                put("sat", (a.sat / a.calls) if a.sat is not None
+                    else torch.full((1,), math.nan, device=self._device))
+                host.setdefault("act_names", []).append(name)
+        return (torch.cat(parts) if parts else None), layout, host
 
-        values: list[float] = torch.cat(parts).tolist() if parts else []   # the one host transfer
-        got: dict[str, list[float]] = {}
-        pos = 0
-        for key, width in layout:
-            got.setdefault(key, []).extend(values[pos:pos + width])
-            pos += width
+    def _transfer(self, packed: torch.Tensor | None, layout: list[tuple[str, int]]) -> list[float]:
+        """Bring the packed measurements to the host: the step's one transfer (``.tolist()``).
+
+        A subclass may combine them across processes first (one collective on ``packed``) and
+        queue its own events in ``self._pending``; ``layout`` names the slices of ``packed``.
+        """
+        return packed.tolist() if packed is not None else []
+
+    def _signals(self, got: dict[str, list[float]], host: dict[str, Any]) -> dict[str, Any]:
+        """The Monitor's keyword arguments from the transferred values and the host ones."""
         kw: dict[str, Any] = {}
+        if "measured" in got:
+            kw["grad_norm"] = got["measured"][0]
         for key in ("loss", "grad_norm", "val_loss"):
             if key in got:
                 kw[key] = got[key][0]
@@ -389,52 +540,122 @@ class TorchWatcher:
         if self._acts and self._measure_acts():
             dead = iter(got.get("dead", []))
             sat = iter(got.get("sat", []))
-            called = set(act_names)
+            called = set(host.get("act_names", ()))
             kw["activations"] = {
                 n: ({"dead_frac": next(dead), "saturation": next(sat)} if n in called
                     else {"dead_frac": math.nan, "saturation": math.nan})
                 for n in self._acts
             }
-        own: list[ts.Event] = []
-        if skipped:
-            own = self._skip_events(s)
-            for key in ("loss", "grad_norm", "update_ratio", "layer_grad_norms"):   # not fed: inf/nan by design
-                if key != "loss" or not _finite(kw.get("loss")):
-                    kw.pop(key, None)
-        elif self.scaler is not None:
-            self._skipped_run = 0
-        events = self.monitor.update(step=s, **kw)
-        self.events.extend(own)
-        # reset for the next step
-        self._grad_sq = None
-        self._ratio = None
-        self._stepped = False
-        for a in self._acts.values():
-            a.clear()
-        self._step = s + 1
-        return events + own
+        return kw
 
-    def _skip_events(self, step: int) -> list[ts.Event]:
+    def _skip_events(self, step: int, who: str) -> list[ts.Event]:
         self._skipped_run += 1
+        why = ("GradScaler skipped the step (non-finite gradients); the scale was lowered — normal while "
+               "the loss scale calibrates") if who == "GradScaler" else \
+            "the step's gradients were non-finite: its update was skipped (skip_nonfinite_steps)"
         if self._skipped_run == 1:
-            return [make_event(
-                Kind.NONFINITE, "info", step, step, "GradScaler", "grad_norm", math.inf, 0.0,
-                "GradScaler skipped the step (non-finite gradients); the scale was lowered — "
-                "normal while the loss scale calibrates")]
+            return [make_event(Kind.NONFINITE, "info", step, step, who, "grad_norm", math.inf, 0.0, why)]
         if self._skipped_run == self.max_skipped:
-            self._skip_critical = True
             return [make_event(
-                Kind.NONFINITE, "critical", step, step - self.max_skipped + 1, "GradScaler", "grad_norm",
+                Kind.NONFINITE, "critical", step, step - self.max_skipped + 1, who, "grad_norm",
                 float(self._skipped_run), float(self.max_skipped),
-                f"GradScaler skipped {self._skipped_run} steps in a row: the gradients stay non-finite "
-                "whatever the loss scale")]
+                f"{self._skipped_run} steps skipped in a row: the gradients stay non-finite")]
         return []
+
+    # ------------------------------------------------------------------------------------
+    # Guards
+    # ------------------------------------------------------------------------------------
+    def _guard(self, step: int, events: list[ts.Event]) -> list[ts.Event]:
+        """Act on the step's events: roll back, stop, raise or warn; take a rollback snapshot."""
+        stop_kinds = self.monitor._stop_kinds
+        failing = [e for e in events if e.severity == "critical" and e.kind.value in stop_kinds]
+        if failing and self.rollback is not False and not self._stop:
+            trigger = next((e for e in failing if e.kind.value in self.rollback_on), None)
+            if trigger is not None and self.n_rollbacks < self.max_rollbacks:
+                done = self._roll_back(step, trigger)
+                if done is not None:
+                    self.monitor.update(step=step, events=[done])
+                    return events + [done]
+        if failing and not self._stop:
+            self.failure_events = failing
+            if self.on_critical == "raise":
+                self._stop = True
+                raise TrainingFailure(failing)
+            if self.on_critical == "warn":
+                for e in failing:
+                    warnings.warn(str(e), RuntimeWarning, stacklevel=3)
+            else:
+                self._stop = True
+        if self.rollback is not False and step % self.rollback_every == 0 and not self._stop:
+            self._snapshot_good(step)
+        return events
+
+    def _snapshot_good(self, step: int) -> None:
+        """Keep the model, optimizer and Monitor state of ``step`` if the last stretch was quiet."""
+        quiet_since = step - self.rollback_every
+        for e in reversed(self.monitor.events):
+            if e.step <= quiet_since:
+                break
+            if e.severity != "info":
+                return
+        dev = self.rollback_device
+
+        def copy(t: Any) -> Any:
+            if isinstance(t, torch.Tensor):
+                return t.detach().to(dev, copy=True) if dev is not None else t.detach().clone()
+            if isinstance(t, dict):
+                return {k: copy(v) for k, v in t.items()}
+            if isinstance(t, list):
+                return [copy(v) for v in t]
+            return t
+
+        in_memory = self.rollback is True
+        snap = (step, copy(self.model.state_dict()) if in_memory else None,
+                copy(self.optimizer.state_dict()) if in_memory else None, self.monitor.state_dict())
+        self._good = [*self._good[-1:], snap]   # the last two quiet snapshots
+
+    def _roll_back(self, step: int, trigger: ts.Event) -> ts.Event | None:
+        """Restore the newest quiet snapshot older than the failure's onset; lower the lr."""
+        older = [g for g in self._good if g[0] < trigger.onset_step] or self._good[:1]
+        if callable(self.rollback):
+            restored = self.rollback(trigger)
+            where = "the user's checkpoint" + (f" ({restored})" if restored is not None else "")
+        elif not older:
+            return None
+        else:
+            good_step, model_state, opt_state, _ = older[-1]
+            self.model.load_state_dict(model_state)
+            self.optimizer.load_state_dict(opt_state)
+            where = f"step {good_step}"
+        if older:   # the detectors go back to before the failure; the events stay
+            self.monitor.load_state_dict(older[-1][3], rewind=True)
+            self._good = [g for g in self._good if g[0] <= older[-1][0]]
+        sched = ""
+        if self.rollback_lr_factor != 1.0:
+            for g in self.optimizer.param_groups:
+                if isinstance(g["lr"], torch.Tensor):
+                    g["lr"].mul_(self.rollback_lr_factor)
+                else:
+                    g["lr"] = g["lr"] * self.rollback_lr_factor
+                if "initial_lr" in g:     # an attached LR scheduler derives its lr from it
+                    g["initial_lr"] = g["initial_lr"] * self.rollback_lr_factor
+            sched = f", learning rate × {self.rollback_lr_factor:g}"
+        self.n_rollbacks += 1
+        return make_event(
+            trigger.kind, "info", step, trigger.onset_step, "rollback", trigger.signal, trigger.value,
+            trigger.threshold,
+            f"rolled back to {where} after {trigger.kind.value} (rollback {self.n_rollbacks} of at most "
+            f"{self.max_rollbacks}){sched}")
 
     # ------------------------------------------------------------------------------------
     @property
     def should_stop(self) -> bool:
-        """True once the Monitor says so, or the GradScaler skipped ``max_skipped`` steps in a row."""
-        return self.monitor.should_stop or self._skip_critical
+        """True once a critical event stopped the run (``on_critical="stop"``) and no rollback handled it.
+
+        Critical events count when their kind is in the Monitor's ``stop_on``; the adapter's
+        own critical event (``max_skipped`` steps skipped in a row) counts too.
+        """
+        return self._stop
 
     @property
     def step(self) -> int:

@@ -326,9 +326,11 @@ def test_grad_scaler_skips_are_info_and_a_long_run_is_critical() -> None:
     ev = step(True)
     assert [(e.kind.value, e.severity) for e in ev] == [("nonfinite", "info")]
     assert "GradScaler skipped the step" in ev[0].message
-    assert "grad_norm" not in spy.fed[2] and not w.should_stop
+    assert "grad_norm" not in spy.fed[2] and not w.should_stop and w.monitor.status != "diverging"
     assert step(False) == []                              # recovered: the run restarts
     evs = [e for _ in range(10) for e in step(True)]
     assert [(e.kind.value, e.severity) for e in evs] == [("nonfinite", "info"), ("nonfinite", "critical")]
-    assert w.should_stop and not w.monitor.should_stop
-    assert w.monitor.events == []
+    assert w.should_stop and w.monitor.should_stop         # the adapter's events reach the Monitor
+    assert [e.detector for e in w.monitor.events] == ["GradScaler"] * 3
+    assert w.monitor.status == "diverging"                 # the critical one; the info ones never
+

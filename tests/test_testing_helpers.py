@@ -10,7 +10,7 @@ import pytest
 import trainsignals
 import trainsignals.testing as plugin
 from trainsignals._events import Event, Kind
-from trainsignals.curves import Curve, generate
+from trainsignals.curves import KINDS, Curve, generate
 from trainsignals.testing import assert_detects, assert_quiet, curve_params, default_within, run_detector
 
 # The plugin's fixtures, whether or not the package registers this module as a pytest11 plugin.
@@ -261,5 +261,5 @@ def test_factory_fixture(failure_curve_factory: Any) -> None:
 
 def test_suite_fixture(failure_curves: list[Curve]) -> None:
     kinds = {c.kind for c in failure_curves}
-    assert kinds == {k.value for k in Kind} | {"healthy"}
+    assert kinds == set(KINDS) | {"healthy"}
     assert len(failure_curves) >= 14 * 30 + 150

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ._events import Event, Kind  # noqa: E402
+from ._events import DISTRIBUTED_KINDS, Event, Kind, TrainingFailure  # noqa: E402
 from ._monitor import STATUSES, Monitor, scan  # noqa: E402
 from ._recorder import Recorder  # noqa: E402
 from .detectors import (  # noqa: E402
@@ -30,6 +30,7 @@ from .detectors import (  # noqa: E402
 __all__ = [
     "ActivationHealth",
     "CUSUMPlateau",
+    "DISTRIBUTED_KINDS",
     "Detector",
     "DetectorProtocol",
     "EWMASpike",
@@ -45,6 +46,7 @@ __all__ = [
     "STATUSES",
     "SlopeDivergence",
     "TrainValGap",
+    "TrainingFailure",
     "UpdateRatioBand",
     "__version__",
     "scan",

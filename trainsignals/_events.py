@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Event", "Kind", "Severity", "SEVERITIES", "check_kinds"]
+__all__ = ["DISTRIBUTED_KINDS", "Event", "Kind", "Severity", "SEVERITIES", "TrainingFailure", "check_kinds"]
 
 
 class Kind(str, enum.Enum):
@@ -27,9 +27,15 @@ class Kind(str, enum.Enum):
     DEAD_UNITS = "dead_units"
     SATURATION = "saturation"
     LR_ANOMALY = "lr_anomaly"
+    REPLICA_DIVERGENCE = "replica_divergence"
+    BAD_RANK = "bad_rank"
 
     def __str__(self) -> str:
         return self.value
+
+
+#: Kinds that only a data-parallel job shows (several ranks compared); a single run's curves never do.
+DISTRIBUTED_KINDS: tuple[Kind, ...] = (Kind.REPLICA_DIVERGENCE, Kind.BAD_RANK)
 
 
 def check_kinds(name: str, values: Any) -> tuple[str, ...]:
@@ -120,6 +126,19 @@ class Event:
         return cls(**d)
 
 
+class TrainingFailure(RuntimeError):
+    """Raised by an adapter set to ``on_critical="raise"`` when the run fails.
+
+    Attributes:
+        events: the events that made the run fail.
+    """
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events = list(events)
+        lines = "\n".join(str(e) for e in self.events)
+        super().__init__(f"training failed:\n{lines}")
+
+
 # Likely cause and first fix per kind (from the project's failure-mode reference).
 ADVICE: dict[Kind, tuple[str, str]] = {
     Kind.NONFINITE: (
@@ -177,6 +196,18 @@ ADVICE: dict[Kind, tuple[str, str]] = {
     Kind.LR_ANOMALY: (
         "the scheduler is not wired as intended",
         "check the scheduler wiring (warmup, decay, restarts)",
+    ),
+    Kind.REPLICA_DIVERGENCE: (
+        "data-parallel replicas no longer hold the same weights or gradients: a gradient-sync bug "
+        "(wrong world-size scaling, a parameter left out of the all-reduce, a rank that skipped a step) "
+        "or silent data corruption on one device",
+        "stop and restore the last checkpoint; check which parameters are synced and how gradients are "
+        "averaged; test the named rank's device",
+    ),
+    Kind.BAD_RANK: (
+        "one rank's local loss or gradients sit far outside the others': a corrupted data shard or a "
+        "failing device",
+        "inspect the named rank's data shard and device; exclude or replace the node",
     ),
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -269,7 +269,7 @@ class Monitor:
         self._n_events += len(events)
         for ev in events:
             self._events.append(ev)
-            state = _STATE_OF.get(ev.kind)
+            state = _STATE_OF.get(ev.kind) if ev.severity != "info" else None
             if state is not None and (ev.kind != Kind.GRAD_EXPLOSION or ev.severity == "critical"):
                 self._last_state_step[state] = max(self._last_state_step.get(state, ev.step), ev.step)
             if ev.severity == "critical" and ev.kind.value in self._stop_kinds:
@@ -286,17 +286,30 @@ class Monitor:
         val_loss: Any = None,
         layer_grad_norms: Any = None,
         activations: Any = None,
+        events: Sequence[Event] | None = None,
     ) -> list[Event]:
         """Feed one step's signals (any subset); returns the events raised at this step.
 
+        ``events`` are findings made outside the Monitor at this step (an adapter's own checks:
+        a GradScaler that skips steps, replicas that disagree across ranks). They are recorded
+        after the detectors' events and count like them: in :attr:`events`, :attr:`should_stop`
+        (critical ones of a ``stop_on`` kind), :attr:`status` (``info`` events never change it)
+        and the recorder's row for this step.
+
         Raises:
-            TypeError: a signal is not a number (or mapping/sequence for vectors); the message
-                names it. Nothing is recorded for that call.
+            TypeError: a signal is not a number (or mapping/sequence for vectors), or ``events``
+                holds something other than :class:`Event`; the message names it. Nothing is
+                recorded for that call.
             ValueError: a negative grad norm, learning rate or update ratio; a decreasing step.
         """
         s = self._step + 1 if step is None else to_step(step)
         if s < self._step:
             raise ValueError(f"step must not decrease: got {s} after {self._step}")
+        if events is not None:
+            events = list(events)
+            for given in events:
+                if not isinstance(given, Event):
+                    raise TypeError(f"events must hold trainsignals.Event objects, got {type(given).__name__}")
         vals: dict[str, float] = {}
         for name, v in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr),
                         ("update_ratio", update_ratio), ("val_loss", val_loss)):
@@ -358,6 +371,8 @@ class Monitor:
                 self._nonfinite_open = False
             else:
                 self._nonfinite_open = True
+        if events:
+            out.extend(events)
         if out:
             self._record(out)
         if self.recorder is not None:
@@ -542,8 +557,14 @@ class Monitor:
                 "recovery": self.recovery, "min_patience": self.min_patience, "max_events": self.max_events,
                 "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()}}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`. Refuses a foreign or mismatched snapshot, naming keys."""
+    def load_state_dict(self, state: Mapping[str, Any], *, rewind: bool = False) -> None:
+        """Resume from :meth:`state_dict`. Refuses a foreign or mismatched snapshot, naming keys.
+
+        With ``rewind=True`` (a run rolled back to an earlier checkpoint and training on) the
+        detectors and the status go back to the snapshot, but the history is kept: the events
+        seen since stay in :attr:`events` and :attr:`n_events`, and the step stays where it is,
+        so the next update continues the step numbering. :attr:`should_stop` is the snapshot's.
+        """
         want = {"format", "version", "config", "monitor", "detectors"}
         if not isinstance(state, Mapping) or set(state) != want:
             got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
@@ -566,11 +587,13 @@ class Monitor:
                              f"unexpected {sorted(set(mon) - mkeys)}")
         for name, det, _ in self._plan:
             det.load_state_dict(dets[name])
-        self._step = int(mon["step"])
         self._n_loss = int(mon["n_loss"])
         self._should_stop = bool(mon["should_stop"])
         self._last_state_step = {k: int(v) for k, v in mon["last_state_step"].items()}
         self._nonfinite_open = bool(mon["nonfinite_open"])
+        if rewind:
+            return
+        self._step = int(mon["step"])
         self._events = deque((Event.from_dict(e) for e in mon["events"]), maxlen=self.max_events)
         self._n_events = int(mon["n_events"])
 

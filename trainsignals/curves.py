@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ._events import Kind
+from ._events import DISTRIBUTED_KINDS, Kind
 
 __all__ = [
     "DIFFICULTIES",
@@ -63,8 +63,9 @@ __all__ = [
     "write_suite",
 ]
 
-KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
-"""The failure kinds, the values of :class:`trainsignals.Kind`, in their order."""
+KINDS: tuple[str, ...] = tuple(k.value for k in Kind if k not in DISTRIBUTED_KINDS)
+"""The failure kinds a single run's curves show: the values of :class:`trainsignals.Kind`, in their
+order, less the distributed ones (:data:`trainsignals.DISTRIBUTED_KINDS`: they need several ranks)."""
 
 HEALTHY = "healthy"
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
