@@ -57,8 +57,28 @@ scaler skips a step (non-finite gradients: ``optimizer.step()`` is not called, t
 run) :meth:`update` returns an ``info`` event of kind ``nonfinite`` ("GradScaler skipped the
 step...") instead of feeding the Monitor non-finite values — normal during loss-scale
 calibration, not a divergence; 10 skipped steps in a row (``max_skipped``) give a critical
-event and set :attr:`TorchWatcher.should_stop`. These adapter events are returned by
-:meth:`update` and kept in :attr:`TorchWatcher.events`; they are not in ``monitor.events``.
+event and set :attr:`TorchWatcher.should_stop`. These adapter events are recorded by the
+Monitor with the step's own (``monitor.update(events=...)``): they are in ``monitor.events``,
+in a trace, and count for ``should_stop``; ``info`` events never change the Monitor's status.
+
+**Guards** (opt-in):
+
+* ``on_critical="stop" | "raise" | "warn"`` — what a critical event does: set
+  :attr:`TorchWatcher.should_stop` (your loop breaks), raise :class:`TrainingFailure` out of
+  :meth:`update`, or warn and train on.
+* ``skip_nonfinite_steps=True`` — a step whose gradients hold inf/nan changes nothing. The
+  decision stays on the device (no host synchronisation): a fused optimizer (``fused=True``)
+  skips the step itself through its ``found_inf`` input, as under a GradScaler; otherwise the
+  gradients are zeroed and the parameters restored after the step (exactly) from a copy.
+* ``rollback=True`` (or ``rollback=your_restore_function``) — on a critical divergence,
+  grad explosion or non-finite value, go back to the last quiet snapshot instead of stopping,
+  optionally with a lower learning rate (``rollback_lr_factor``), at most ``max_rollbacks`` times.
+
+See :class:`TorchWatcher` for the costs and the exact rules.
+
+**torch.compile.** The watcher's hooks are on the optimizer (outside the compiled graph) and,
+for activation statistics, on modules: measure ``torch.compile(model)`` with the watcher built
+on the original ``model`` (its parameters are the compiled module's).
 
 Importing this module imports ``torch``; ``import trainsignals`` does not.
 """

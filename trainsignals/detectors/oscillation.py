@@ -38,6 +38,15 @@ def _scale(res: list[float]) -> float:
     return max(1.4826 * med, 1e-3)
 
 
+def _median(v: Sequence[float]) -> float:
+    """Median of the finite values (nan when none)."""
+    a = sorted(x for x in v if x == x)
+    m = len(a)
+    if not m:
+        return math.nan
+    return a[m // 2] if m % 2 else 0.5 * (a[m // 2 - 1] + a[m // 2])
+
+
 def _periodicity(res: list[float], lags: int) -> float:
     """Largest |autocorrelation| of the residuals over lags 1..``lags``: white noise stays near 0,
     a sawtooth or an alternation correlates strongly at its period."""
@@ -109,6 +118,11 @@ class Oscillation(PairDetector):
       two values;
     * the line's rise over the window is at most ``efficiency`` times the residuals' 10-90 %
       range: no net progress (a divergence or a fast descent moves);
+    * nor since the reference window: the window's median log-loss lies at most ``drop``
+      times that 10-90 % range below the reference window's median. A minibatch run that is
+      still learning fails this test: as its loss falls its noise grows in log space (a few
+      hard examples dominate a small loss), so its swings look large against the noise of
+      ``3 * window`` values earlier, but its level has moved far below;
     * the swings have a pattern: the residuals of the loss or of the grad norm correlate
       with themselves at some lag up to ``window / 4`` by at least ``periodicity`` (a sawtooth,
       an alternation, repeated spike-and-collapse); louder white noise does not.
@@ -122,6 +136,8 @@ class Oscillation(PairDetector):
         frac: fraction of far values that fires, in (0, 1].
         spread: residual size that counts as far, in usual noises ``sigma``, > 0.
         efficiency: largest net-change / spread ratio that counts as no progress, in (0, 1].
+        drop: largest fall of the median log-loss since the reference window, in 10-90 %
+            ranges of the current window's residuals, that counts as no progress, >= 0.
         periodicity: smallest |autocorrelation| of the residuals (loss or grad norm) at some
             lag up to ``window / 4`` that counts as a pattern, in [0, 1].
         var_alpha: weight of the local swing, in (0, 1).
@@ -139,7 +155,7 @@ class Oscillation(PairDetector):
         >>> loss = np.exp(-np.minimum(t, 150) / 100) * np.exp(rng.normal(0, 0.02, 300))
         >>> loss[150:] *= np.where(t[150:] % 2 == 0, 1.4, 1 / 1.4)
         >>> [(e.step, e.onset_step) for e in Oscillation().scan(loss, np.full(300, np.nan))]
-        [(160, 129)]
+        [(180, 149)]
     """
 
     signals = ("loss", "grad_norm")
@@ -153,6 +169,7 @@ class Oscillation(PairDetector):
         frac: float = 0.4,
         spread: float = 2.0,
         efficiency: float = 0.5,
+        drop: float = 1.0,
         periodicity: float = 0.4,
         var_alpha: float = 0.1,
         base_alpha: float = 0.005,
@@ -165,6 +182,7 @@ class Oscillation(PairDetector):
         check_range("frac", frac, 0, 1, lo_open=True)
         check_range("spread", spread, 0, None, lo_open=True)
         check_range("efficiency", efficiency, 0, 1, lo_open=True)
+        check_range("drop", drop, 0, None)
         check_range("periodicity", periodicity, 0, 1)
         check_range("var_alpha", var_alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("base_alpha", base_alpha, 0, var_alpha, lo_open=True, hi_open=True)
@@ -175,6 +193,7 @@ class Oscillation(PairDetector):
         self.frac = frac
         self.spread = spread
         self.efficiency = efficiency
+        self.drop = drop
         self.periodicity = periodicity
         self.var_alpha = var_alpha
         self.base_alpha = base_alpha
@@ -226,7 +245,10 @@ class Oscillation(PairDetector):
             ok = (fl >= self.frac and fg >= 0.5 * self.frac) or (fl >= 0.5 * self.frac and fg >= self.frac)
         else:
             ok = fl >= self.frac
-        if not ok or abs(rise) > self.efficiency * _spread(res):
+        spread = _spread(res)
+        if not ok or abs(rise) > self.efficiency * spread:
+            return False, fl, fg
+        if _median(ys[-w:]) < _median(ys[:w]) - self.drop * spread:   # still falling since the reference
             return False, fl, fg
         lags = w // 4
         return max(_periodicity(res, lags), _periodicity(gres, lags)) >= self.periodicity, fl, fg
