@@ -200,6 +200,9 @@ class TorchWatcher:
     Attributes:
         monitor: the Monitor fed.
         last_lrs: the learning rate of every param group at the latest update.
+        last_signals: the keyword arguments fed to ``monitor.update`` at the latest update
+            (``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``layer_grad_norms``... as
+            measured; absent when not measured or not fed).
         last_layer_update_ratios: per-layer ‖Δw‖/‖w‖ of the latest measuring step (or None).
         events: every event :meth:`update` returned (the Monitor's and the adapter's own).
         failure_events: the critical events that stopped (or would have stopped) the run.
@@ -286,6 +289,7 @@ class TorchWatcher:
             self.layer_names = self.param_names
             self._module_index = None
         self.last_lrs: list[float] = []
+        self.last_signals: dict[str, Any] = {}
         self.last_layer_update_ratios: dict[str, float] | None = None
         self.events: list[ts.Event] = []
         self._step = 0                      # index of the optimizer step being measured
@@ -371,19 +375,24 @@ class TorchWatcher:
         return getattr(stage, "name", "") == "UNSCALED"
 
     def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        # args are step()'s own, the optimizer first: step(self, closure=None)
+        closure = kwargs.get("closure") if kwargs else (args[1] if len(args) > 1 else None)
         with torch.no_grad():
-            if self._grad_sq is None:
+            # with a closure, backward runs inside step(), after this hook: the gradients here are
+            # stale; call capture_grads() after backward() inside the closure instead
+            if self._grad_sq is None and closure is None:
                 self._grad_sq = self._grad_sq_now()
             if self._measure_ratio():
                 params = [p.detach() for p in self._params]
                 self._w_sq = self._norms(params)
                 self._snapshot = list(torch._foreach_mul(params, 1.0))   # one copy, freed in the post-hook
-            if self.skip_nonfinite_steps and self.scaler is None:
+            if self.skip_nonfinite_steps and self.scaler is None and self._grad_sq is not None:
                 self._skip_prepare(optimizer)
 
     def _skip_prepare(self, optimizer: Any) -> None:
         """Decide on the device whether this step's gradients are finite; arrange the skip."""
         assert self._grad_sq is not None
+        self._ok = None
         ok = torch.isfinite(self._grad_sq.sum())
         if self._fused_skip:
             optimizer.found_inf = (~ok).float()     # the fused kernels skip the step on the device
@@ -481,6 +490,7 @@ class TorchWatcher:
         elif self.scaler is not None or self.skip_nonfinite_steps:
             self._skipped_run = 0
         events = self.monitor.update(step=s, events=own, **kw)
+        self.last_signals = kw
         # reset for the next step
         self._grad_sq = None
         self._ratio = None
