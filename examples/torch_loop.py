@@ -2,12 +2,19 @@
 
 Trains a small MLP on scikit-learn's bundled 8x8 digits with Adam, with gradient clipping and
 activation statistics, for 300 steps; at step 200 the learning rate is raised 1000x (a
-mis-wired scheduler) and the watcher says what happened, when, and why.
+mis-wired scheduler) and the watcher says what happened, when, and why, and stops the run.
 
-Run: ``python examples/torch_loop.py`` (a few seconds on a CPU).
+With ``--rollback`` the watcher's guards act instead: non-finite steps are skipped on the device,
+and on the critical divergence the model and optimizer go back to the last quiet snapshot with the
+learning rate halved (the snapshot holds the optimizer's learning rate from before the fault),
+and training goes on to the end.
+
+Run: ``python examples/torch_loop.py [--rollback]`` (a few seconds on a CPU).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 from sklearn.datasets import load_digits
@@ -17,14 +24,17 @@ from torch.nn import functional as F
 from trainsignals.adapters.torch import TorchWatcher
 
 
-def main(steps: int = 300, bump_at: int = 200) -> None:
+def main(steps: int = 300, bump_at: int = 200, rollback: bool = False) -> None:
     X, y = load_digits(return_X_y=True)
     X_t, y_t = torch.tensor(X / 16.0, dtype=torch.float32), torch.tensor(y)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
-    watcher = TorchWatcher(model, optimizer, total_steps=steps, per_layer="module", activations_every=10)
+    guards = dict(rollback=True, rollback_every=50, rollback_lr_factor=0.5, skip_nonfinite_steps=True) \
+        if rollback else {}
+    watcher = TorchWatcher(model, optimizer, total_steps=steps, per_layer="module", activations_every=10,
+                           **guards)
     for step in range(steps):
         idx = torch.randint(0, len(X_t), (128,), generator=gen)
         if step == bump_at:
@@ -44,4 +54,4 @@ def main(steps: int = 300, bump_at: int = 200) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(rollback="--rollback" in sys.argv[1:])
