@@ -274,6 +274,8 @@ class TorchWatcher:
         self.activations_every = activations_every
         self.scaler = scaler
         self.max_skipped = max_skipped
+        # a torch.compile'd model (OptimizedModule) holds the original as _orig_mod: name after it
+        model = getattr(model, "_orig_mod", model)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not named:
             raise ValueError("the model has no trainable parameters")
@@ -304,6 +306,7 @@ class TorchWatcher:
             optimizer.register_step_post_hook(self._post_hook),
         ]
         self._acts: dict[str, _ActStats] = {}
+        self._acts_on = self._measure_acts()
         if activations_every > 0:
             for name, module in model.named_modules():
                 if isinstance(module, activation_types):
@@ -317,7 +320,9 @@ class TorchWatcher:
         stats = self._acts[name]
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if module.training and self._measure_acts() and isinstance(output, torch.Tensor):
+            # a plain bool set between steps: under torch.compile, reading the step counter here
+            # would make every step's value a new constant and recompile the forward each step
+            if self._acts_on and module.training and isinstance(output, torch.Tensor):
                 stats.add(output)
 
         return hook
@@ -498,6 +503,7 @@ class TorchWatcher:
         for a in self._acts.values():
             a.clear()
         self._step = s + 1
+        self._acts_on = self._measure_acts()
         events = self._guard(s, events)
         self.events.extend(events)
         return events
