@@ -76,9 +76,16 @@ in a trace, and count for ``should_stop``; ``info`` events never change the Moni
 
 See :class:`TorchWatcher` for the costs and the exact rules.
 
-**torch.compile.** The watcher's hooks are on the optimizer (outside the compiled graph) and,
-for activation statistics, on modules: measure ``torch.compile(model)`` with the watcher built
-on the original ``model`` (its parameters are the compiled module's).
+**torch.compile.** Gradients, per-layer norms, update ratios and the loss are read in the
+optimizer's hooks, outside the compiled forward: they equal the uncompiled model's (bit for bit
+with the ``eager`` and ``aot_eager`` backends, within float rounding with inductor; tested with
+torch 2.13). Forward hooks that exist when the compiled model is first called are traced into its
+graph without a graph break (``fullgraph=True`` compiles); the hook reads one bool (measure this
+step or not), so the forward has two graphs in all. Dynamo does not guard on hooks added later
+(``torch._dynamo.config.skip_nnmodule_hook_guards``): create the watcher before the first
+forward, or the activation statistics stay NaN ("not measured"). ``close()`` takes effect (the
+forward recompiles without the hooks). The watcher may be given the compiled module or the
+original: layers are named after the original (no ``_orig_mod.`` prefix).
 
 Importing this module imports ``torch``; ``import trainsignals`` does not.
 """

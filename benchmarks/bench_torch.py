@@ -1,25 +1,32 @@
 """Per-step cost of :class:`trainsignals.adapters.torch.TorchWatcher` against the usual recipes.
 
-For a 100-layer MLP (width 256) and a small CNN, times one training step (forward, backward,
-``optimizer.step()``, ``zero_grad()``) bare and with each way of measuring per-parameter grad
-norms every step:
+For a 100-layer MLP (width 256), a small CNN and a GPT-2-small-like transformer, times one
+training step (forward, backward, ``optimizer.step()``, ``zero_grad()``) bare and with each way
+of measuring per-parameter grad norms every step:
 
 * ``watcher``: ``watcher.update(loss=loss)`` (fused ``torch._foreach_norm`` in the optimizer
-  pre-hook, one host transfer, plus ``Monitor.update``), update ratio off, then every 10 steps;
+  pre-hook, one host transfer, plus ``Monitor.update`` with every per-parameter norm), update
+  ratio off; ``watcher+ratio``: the same with the update ratio every 10 steps (the default);
+  ``watcher+ratio1``: the update ratio every step;
 * (a) ``recipe``: ``{n: p.grad.norm().item() for n, p in model.named_parameters()}`` plus
   ``loss.item()`` (one host sync per parameter);
+* (b) ``lightning``: Lightning's ``grad_norm(model, 2)`` utility, each value turned into a
+  float as ``log_dict`` does;
 * (c) ``foreach``: a bare ``torch._foreach_norm`` over the same grads, ``torch.stack`` with the
-  loss and one ``.tolist()`` (the floor for the measurement itself, no Monitor).
+  loss and one ``.tolist()`` (the practical floor for the measurement, no Monitor);
+* (d) the memory-bandwidth floor: the gradients' bytes divided by the read bandwidth measured
+  in the same run (``sum`` of a 256 MB buffer).
 
 Prints the added cost per step (median over repeats) in ms and as % of the bare step, and
-the watcher's cost as a ratio to (a) and (c).
+the watcher's cost as a ratio to (a), (b), (c) and (d).
 
-Run: ``python benchmarks/bench_torch.py [--steps 50] [--repeats 5] [--device cpu]``.
+Run: ``python benchmarks/bench_torch.py [--steps 30] [--repeats 3] [--device cpu] [--models mlp,cnn,gpt2]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -49,6 +56,31 @@ def small_cnn() -> nn.Module:
     )
 
 
+class GPT2Like(nn.Module):
+    """GPT-2 small's shape (12 pre-norm blocks, d_model 768, 12 heads, GELU MLP 3072, tied
+    embeddings, vocabulary 50257, 1024 positions) from stock PyTorch layers."""
+
+    def __init__(self, vocab: int = 50257, d: int = 768, layers: int = 12, heads: int = 12, ctx: int = 1024) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(ctx, d)
+        block = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        h = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        mask = nn.Transformer.generate_square_subsequent_mask(t, device=idx.device)
+        h = self.norm(self.blocks(h, mask=mask, is_causal=True))
+        return h @ self.tok.weight.T          # tied output head
+
+
+def lm_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
 def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor, variant: str,
                  steps: int, device: torch.device) -> float:
     """Seconds per step of ``steps`` training steps with the given measurement."""
@@ -57,20 +89,24 @@ def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     watcher: TorchWatcher | None = None
     if variant.startswith("watcher"):
-        watcher = TorchWatcher(model, opt, update_ratio_every=10 if variant == "watcher+ratio" else 0)
+        every = {"watcher": 0, "watcher+ratio": 10, "watcher+ratio1": 1}[variant]
+        watcher = TorchWatcher(model, opt, update_ratio_every=every)
+    loss_fn = lm_loss if y.dim() == 2 else F.cross_entropy
     named = list(model.named_parameters())
     params = [p for _, p in named]
     sink: Any = None
 
     def step() -> None:
         nonlocal sink
-        loss = F.cross_entropy(model(x), y)
+        loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         if watcher is not None:
             sink = watcher.update(loss=loss)
         elif variant == "recipe":
             sink = ({n: p.grad.norm().item() for n, p in named if p.grad is not None}, loss.item())
+        elif variant == "lightning":
+            sink = ({k: float(v) for k, v in lightning_grad_norm(model, 2).items()}, loss.item())
         elif variant == "foreach":
             norms = torch._foreach_norm([p.grad for p in params if p.grad is not None])
             sink = torch.stack([loss.detach(), *norms]).tolist()
@@ -93,27 +129,50 @@ def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
     return (time.perf_counter() - t0) / steps
 
 
-VARIANTS = ("bare", "watcher", "watcher+ratio", "recipe", "foreach")
+try:
+    from lightning.pytorch.utilities import grad_norm as lightning_grad_norm
+except ImportError:  # pragma: no cover - the [lightning] extra is not installed
+    lightning_grad_norm = None
+
+VARIANTS = ("bare", "watcher", "watcher+ratio", "watcher+ratio1", "recipe", "lightning", "foreach")
+
+
+def read_bandwidth(device: torch.device, mb: int = 256) -> float:
+    """Bytes per second that a ``sum`` over a large buffer reads (best of 5)."""
+    buf = torch.ones(mb * 2**20 // 4, device=device)
+    best = math.inf
+    for _ in range(6):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        buf.sum().item()
+        best = min(best, time.perf_counter() - t0)
+    return buf.numel() * 4 / best
 
 
 def bench(name: str, make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor, steps: int,
-          repeats: int, device: torch.device) -> None:
-    per: dict[str, list[float]] = {v: [] for v in VARIANTS}
+          repeats: int, device: torch.device, bandwidth: float) -> None:
+    variants = [v for v in VARIANTS if v != "lightning" or lightning_grad_norm is not None]
+    per: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(repeats):                      # interleave the variants: drift hits all alike
-        for v in VARIANTS:
+        for v in variants:
             per[v].append(time_variant(make, x, y, v, steps, device))
     med = {v: statistics.median(t) for v, t in per.items()}
-    n_params = sum(1 for _ in make().parameters())
+    params = list(make().parameters())
+    grad_bytes = sum(p.numel() * p.element_size() for p in params)
+    floor = grad_bytes / bandwidth
     bare = med["bare"]
-    print(f"\n{name}: {n_params} parameter tensors, bare step {bare * 1e3:.2f} ms (median of {repeats})")
-    added = {v: med[v] - bare for v in VARIANTS if v != "bare"}
+    print(f"\n{name}: {len(params)} parameter tensors, {grad_bytes / 1e6:.1f} MB of gradients, "
+          f"bare step {bare * 1e3:.2f} ms (median of {repeats})")
+    added = {v: med[v] - bare for v in variants if v != "bare"}
     for v, a in added.items():
-        print(f"  {v:14s} step {med[v] * 1e3:8.2f} ms   added {a * 1e3:+7.3f} ms  ({100 * a / bare:+6.2f} % of the step)")
+        print(f"  {v:15s} step {med[v] * 1e3:8.2f} ms   added {a * 1e3:+8.3f} ms  ({100 * a / bare:+6.2f} % of the step)")
+    print(f"  (d) bandwidth floor: {floor * 1e3:.3f} ms ({100 * floor / bare:.2f} % of the step)")
     w = added["watcher"]
-    print(f"  watcher / recipe (a) added cost: {w / added['recipe']:.2f}x" if added["recipe"] > 0 else
-          "  recipe (a) added no measurable cost")
-    print(f"  watcher / foreach (c) added cost: {w / added['foreach']:.2f}x" if added["foreach"] > 0 else
-          "  foreach (c) added no measurable cost")
+    for v, label in (("recipe", "recipe (a)"), ("lightning", "Lightning grad_norm (b)"), ("foreach", "foreach (c)")):
+        if v in added:
+            print(f"  watcher / {label}: {w / added[v]:.2f}x" if added[v] > 0 else f"  {label}: no measurable cost")
+    print(f"  watcher / bandwidth floor (d): {w / floor:.2f}x;  foreach (c) / (d): {added['foreach'] / floor:.2f}x")
 
 
 def main() -> None:
@@ -121,14 +180,31 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--models", default="mlp,cnn,gpt2", help="comma-separated: mlp, mlp256, cnn, gpt2")
+    ap.add_argument("--gpt2-batch", type=int, default=1)
+    ap.add_argument("--gpt2-seq", type=int, default=64)
     args = ap.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} threads")
-    bench("MLP 100 layers x 256, batch 64", deep_mlp, torch.randn(64, 64, device=device),
-          torch.randint(0, 10, (64,), device=device), args.steps, args.repeats, device)
-    bench("CNN 3 conv layers, 32x32x3, batch 32", small_cnn, torch.randn(32, 3, 32, 32, device=device),
-          torch.randint(0, 10, (32,), device=device), args.steps, args.repeats, device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    bw = read_bandwidth(device)
+    print(f"torch {torch.__version__}, device {device} ({name}), {torch.get_num_threads()} threads, "
+          f"read bandwidth {bw / 1e9:.1f} GB/s")
+    models = args.models.split(",")
+    if "mlp" in models:
+        bench("MLP 100 layers x 256, batch 64", deep_mlp, torch.randn(64, 64, device=device),
+              torch.randint(0, 10, (64,), device=device), args.steps, args.repeats, device, bw)
+    if "mlp256" in models:
+        bench("MLP 100 layers x 256, batch 256", deep_mlp, torch.randn(256, 64, device=device),
+              torch.randint(0, 10, (256,), device=device), args.steps, args.repeats, device, bw)
+    if "cnn" in models:
+        bench("CNN 3 conv layers, 32x32x3, batch 32", small_cnn, torch.randn(32, 3, 32, 32, device=device),
+              torch.randint(0, 10, (32,), device=device), args.steps, args.repeats, device, bw)
+    if "gpt2" in models:
+        b, t = args.gpt2_batch, args.gpt2_seq
+        tokens = torch.randint(0, 50257, (b, t + 1), device=device)
+        bench(f"GPT-2-small-like, 124M parameters, batch {b} x {t} tokens", GPT2Like, tokens[:, :-1],
+              tokens[:, 1:], max(3, args.steps // 6), args.repeats, device, bw)
 
 
 if __name__ == "__main__":
