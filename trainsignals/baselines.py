@@ -16,7 +16,17 @@ tool's semantics imply, so right-kind detection can be scored:
   ``divergence``, and ``stall`` (train loss) or ``overfitting`` (validation loss);
 * :class:`RiverPageHinkley` and :class:`RiverADWIN` watch the finite train loss:
   ``divergence`` (level up) or ``stall`` (level down);
-* :class:`ZClip` watches the gradient norm: ``grad_explosion``.
+* :class:`ZClip` watches the gradient norm: ``grad_explosion``;
+* the SageMaker Debugger built-in rules, with their published default parameters, each on the
+  signal it reads: :class:`SageMakerVanishingGradient` (per-layer grad norms:
+  ``vanishing_gradient``), :class:`SageMakerLossNotDecreasing` (train loss: ``stall``),
+  :class:`SageMakerOverfit` (train and validation loss: ``overfitting``),
+  :class:`SageMakerDeadRelu` (dead-unit fractions: ``dead_units``),
+  :class:`SageMakerWeightUpdateRatio` (update ratio: ``update_ratio_high`` /
+  ``update_ratio_low``) and :class:`SageMakerExplodingTensor` (every scalar: ``nonfinite``).
+  A SageMaker rule stops evaluating once its condition is met (the rule job ends with
+  "IssuesFound"), so each raises at most one alarm. A rule's ``kinds`` attribute lists the
+  kinds its signal can name; the bench scores it on those kinds only.
 
 The river baselines need the optional ``river`` package (``pip install trainsignals[baselines]``);
 it is imported when such a baseline is first run, never by ``import trainsignals``.
@@ -41,8 +51,15 @@ __all__ = [
     "NaNStop",
     "RiverADWIN",
     "RiverPageHinkley",
+    "SageMakerDeadRelu",
+    "SageMakerExplodingTensor",
+    "SageMakerLossNotDecreasing",
+    "SageMakerOverfit",
+    "SageMakerVanishingGradient",
+    "SageMakerWeightUpdateRatio",
     "ZClip",
     "default_baselines",
+    "sagemaker_rules",
 ]
 
 
@@ -510,6 +527,398 @@ class ZClip:
         return alarms
 
 
+# --------------------------------------------------------------------------- SageMaker Debugger
+#
+# Re-implemented from the rules' documentation (docs.aws.amazon.com/sagemaker/latest/dg/
+# debugger-built-in-rules.html and the smdebug "First Party Rules" page): the default
+# parameters, the condition each rule evaluates. The rules read tensors that smdebug saves
+# (``save_interval`` 500 steps in the default collection configurations); here every signal is
+# read at every step it was recorded, which can only help the rules.
+
+
+def _matrix(curve: Any, attr: str) -> np.ndarray | None:
+    values = getattr(curve, attr, None)
+    if values is None:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    return arr if arr.size else None
+
+
+class SageMakerVanishingGradient:
+    """SageMaker Debugger ``VanishingGradient``: a gradient whose mean absolute value is below 1e-7.
+
+    The rule evaluates every saved gradient tensor at every step and returns True when one has
+    ``mean(|g|) < threshold`` (default ``1e-7``). We record norms, not tensors, so the rule
+    reads each layer's L2 grad norm (``curve.layer_grad_norms``, else the global
+    ``curve.grad_norm``) in place of ``mean(|g|)``. The proxy never fires where the rule would
+    not: ``mean(|g|) <= ||g||_2 / sqrt(n) <= ||g||_2``, so ``||g||_2 < threshold`` implies
+    ``mean(|g|) < threshold``; it can stay quiet where the rule fires (a tensor of ``n``
+    elements whose norm lies between ``threshold`` and ``threshold * sqrt(n)``). Non-finite
+    norms are skipped. The first step with a layer below the threshold raises
+    ``Alarm(step, "vanishing_gradient")`` and the rule stops.
+
+    Args:
+        threshold: Gradient magnitude below which a gradient vanishes (> 0).
+        name: Display name.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> g = np.array([[1e-2, 1e-3], [1e-4, 1e-6], [5e-8, 1e-3], [1e-9, 1e-9]])
+        >>> SageMakerVanishingGradient().run(SimpleNamespace(layer_grad_norms=g))
+        [Alarm(step=2, kind='vanishing_gradient')]
+    """
+
+    kinds: tuple[str, ...] = ("vanishing_gradient",)
+
+    def __init__(self, threshold: float = 1e-7, name: str = "sm-vanishing-gradient") -> None:
+        check_range("threshold", threshold, lo=0.0, lo_open=True)
+        self.threshold = float(threshold)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"SageMakerVanishingGradient(threshold={self.threshold}, name={self.name!r})"
+
+    def reset(self) -> None:
+        """Stateless between runs."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Stream the per-layer (else global) grad norms; alarm at the first one below the threshold."""
+        g = _matrix(curve, "layer_grad_norms")
+        if g is None:
+            g = _matrix(curve, "grad_norm")
+        if g is None:
+            return []
+        with np.errstate(invalid="ignore"):
+            low = (np.isfinite(g) & (g < self.threshold)).any(axis=1)
+        if not low.any():
+            return []
+        i = int(np.argmax(low))
+        return [Alarm(_steps(curve, len(g))[i], "vanishing_gradient")]
+
+
+class SageMakerLossNotDecreasing:
+    """SageMaker Debugger ``LossNotDecreasing``: the loss did not go down over ``num_steps`` steps.
+
+    The rule is evaluated every ``num_steps`` steps (default 10): at an evaluation step it
+    compares the loss at that step with the loss at the newest saved step at least
+    ``num_steps`` behind it, and returns True when the loss has not decreased by at least
+    ``diff_percent`` percent (default 0.0: "the rule just checks if the loss is going down",
+    so an equal or higher loss fires). The next evaluation is at the first saved step at least
+    ``num_steps`` after this one. ``mode`` picks the loss: ``"TRAIN"`` and ``"GLOBAL"`` (the
+    default; a curve's one training stream) read ``curve.loss``, ``"EVAL"`` reads
+    ``curve.val_loss`` at ``curve.val_steps``. A non-finite loss never counts as a decrease.
+    The first evaluation that fires raises ``Alarm(step, "stall")`` (the nearest kind: the
+    loss is not improving) and the rule stops.
+
+    Args:
+        num_steps: Minimum steps between the two losses compared (>= 1).
+        diff_percent: Minimum decrease, in percent of the earlier loss, in [0, 100).
+        mode: ``"GLOBAL"``, ``"TRAIN"`` or ``"EVAL"``.
+        name: Display name.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> loss = np.r_[np.linspace(3.0, 1.0, 30), np.full(20, 1.0)]
+        >>> SageMakerLossNotDecreasing().run(SimpleNamespace(loss=loss))
+        [Alarm(step=40, kind='stall')]
+    """
+
+    kinds: tuple[str, ...] = ("stall",)
+
+    def __init__(self, num_steps: int = 10, diff_percent: float = 0.0, mode: str = "GLOBAL",
+                 name: str = "sm-loss-not-decreasing") -> None:
+        check_range("num_steps", num_steps, lo=1, integer=True)
+        check_range("diff_percent", diff_percent, lo=0.0, hi=100.0, hi_open=True)
+        check_choice("mode", mode, ("GLOBAL", "TRAIN", "EVAL"))
+        self.num_steps = int(num_steps)
+        self.diff_percent = float(diff_percent)
+        self.mode = mode
+        self.name = name
+
+    def __repr__(self) -> str:
+        return (f"SageMakerLossNotDecreasing(num_steps={self.num_steps}, diff_percent={self.diff_percent}, "
+                f"mode={self.mode!r}, name={self.name!r})")
+
+    def reset(self) -> None:
+        """Stateless between runs."""
+
+    def _saved(self, curve: Any) -> tuple[list[int], list[float]]:
+        if self.mode == "EVAL":
+            values = _series(curve, "val_loss")
+            if values is None:
+                return [], []
+            steps = getattr(curve, "val_steps", None)
+            step_list = list(range(len(values))) if steps is None else [int(s) for s in steps]
+            return step_list, values.tolist()
+        values = _series(curve, "loss")
+        if values is None:
+            return [], []
+        return _steps(curve, len(values)), values.tolist()
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Evaluate the rule every ``num_steps``; alarm at the first evaluation that fires."""
+        steps, values = self._saved(curve)
+        keep = 1.0 - self.diff_percent / 100.0
+        last_eval: int | None = None
+        j = -1  # index of the newest saved step at least num_steps behind the current one
+        for i, (s, v) in enumerate(zip(steps, values)):
+            while j + 1 < i and steps[j + 1] <= s - self.num_steps:
+                j += 1
+            if j < 0 or (last_eval is not None and s < last_eval + self.num_steps):
+                continue
+            last_eval = s
+            prev = values[j]
+            if not (math.isfinite(v) and math.isfinite(prev) and v < prev * keep):
+                return [Alarm(s, "stall")]
+        return []
+
+
+class SageMakerOverfit:
+    """SageMaker Debugger ``Overfit``: validation loss too far above the training loss.
+
+    At every validation step at or after ``start_step`` (default 0) the rule compares the mean
+    validation loss with the mean training loss: the ratio ``(val - train) / train`` above
+    ``ratio_threshold`` (default 0.1) counts one step; ``patience`` (default 1) such
+    validations in a row make the model overfit and raise ``Alarm(step, "overfitting")``; the
+    rule stops. Here the mean validation loss is the curve's ``val_loss`` at that step (already
+    a mean over the validation set) and the mean training loss is the mean of the finite
+    training losses since the previous validation (up to and including this step). A
+    non-finite mean or validation loss breaks the streak.
+
+    Args:
+        start_step: First step evaluated (>= 0).
+        patience: Consecutive validations above the threshold that fire (>= 1).
+        ratio_threshold: Largest tolerated ``(val - train) / train`` (>= 0).
+        name: Display name.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> run = SimpleNamespace(loss=np.full(40, 1.0), val_steps=np.array([9, 19, 29, 39]),
+        ...                       val_loss=np.array([1.05, 1.08, 1.2, 1.3]))
+        >>> SageMakerOverfit().run(run)
+        [Alarm(step=29, kind='overfitting')]
+    """
+
+    kinds: tuple[str, ...] = ("overfitting",)
+
+    def __init__(self, start_step: int = 0, patience: int = 1, ratio_threshold: float = 0.1,
+                 name: str = "sm-overfit") -> None:
+        check_range("start_step", start_step, lo=0, integer=True)
+        check_range("patience", patience, lo=1, integer=True)
+        check_range("ratio_threshold", ratio_threshold, lo=0.0)
+        self.start_step = int(start_step)
+        self.patience = int(patience)
+        self.ratio_threshold = float(ratio_threshold)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return (f"SageMakerOverfit(start_step={self.start_step}, patience={self.patience}, "
+                f"ratio_threshold={self.ratio_threshold}, name={self.name!r})")
+
+    def reset(self) -> None:
+        """Stateless between runs."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Evaluate the ratio at every validation; alarm after ``patience`` in a row above it."""
+        loss = _series(curve, "loss")
+        val = _series(curve, "val_loss")
+        if loss is None or val is None:
+            return []
+        vsteps = getattr(curve, "val_steps", None)
+        val_steps = list(range(len(val))) if vsteps is None else [int(s) for s in vsteps]
+        steps = np.asarray(_steps(curve, len(loss)))
+        streak = 0
+        prev = -1
+        for s, v in zip(val_steps, val.tolist()):
+            window = loss[(steps > prev) & (steps <= s)]
+            prev = s
+            if s < self.start_step:
+                continue
+            window = window[np.isfinite(window)]
+            train = float(window.mean()) if window.size else math.nan
+            if not (math.isfinite(v) and math.isfinite(train)):
+                streak = 0
+                continue
+            ratio = (v - train) / train if train > 0 else (math.inf if v > train else 0.0)
+            streak = streak + 1 if ratio > self.ratio_threshold else 0
+            if streak >= self.patience:
+                return [Alarm(s, "overfitting")]
+        return []
+
+
+class SageMakerDeadRelu:
+    """SageMaker Debugger ``DeadRelu``: too many inactive ReLUs in a layer.
+
+    A ReLU unit is dead when it is active in less than ``threshold_inactivity`` percent of
+    the inputs (default 1.0); the rule returns True when the percentage of dead units in a
+    layer is greater than ``threshold_layer`` (default 50.0). The curves record, per
+    activation layer and every few steps, the fraction of units that are exactly 0 for every
+    sample of the batch (``curve.dead_frac`` at ``curve.act_steps``): a unit active in none of
+    the batch's samples. For a batch of fewer than ``100 / threshold_inactivity`` samples
+    (100 at the default) that is exactly "active in less than ``threshold_inactivity`` %". The
+    first sample with a layer above ``threshold_layer`` raises ``Alarm(step, "dead_units")``
+    and the rule stops.
+
+    Args:
+        threshold_inactivity: Activity (percent of inputs) below which a unit is dead, in (0, 100].
+        threshold_layer: Percentage of dead units in a layer that fires, in [0, 100).
+        name: Display name.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> run = SimpleNamespace(act_steps=np.array([0, 10, 20]),
+        ...                       dead_frac=np.array([[0.1, 0.2], [0.3, 0.5], [0.2, 0.55]]))
+        >>> SageMakerDeadRelu().run(run)
+        [Alarm(step=20, kind='dead_units')]
+    """
+
+    kinds: tuple[str, ...] = ("dead_units",)
+
+    def __init__(self, threshold_inactivity: float = 1.0, threshold_layer: float = 50.0,
+                 name: str = "sm-dead-relu") -> None:
+        check_range("threshold_inactivity", threshold_inactivity, lo=0.0, hi=100.0, lo_open=True)
+        check_range("threshold_layer", threshold_layer, lo=0.0, hi=100.0, hi_open=True)
+        self.threshold_inactivity = float(threshold_inactivity)
+        self.threshold_layer = float(threshold_layer)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return (f"SageMakerDeadRelu(threshold_inactivity={self.threshold_inactivity}, "
+                f"threshold_layer={self.threshold_layer}, name={self.name!r})")
+
+    def reset(self) -> None:
+        """Stateless between runs."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Stream the per-layer dead fractions; alarm at the first layer above ``threshold_layer``."""
+        dead = _matrix(curve, "dead_frac")
+        if dead is None:
+            return []
+        steps = getattr(curve, "act_steps", None)
+        step_list = list(range(len(dead))) if steps is None else [int(s) for s in steps]
+        with np.errstate(invalid="ignore"):
+            hit = (np.isfinite(dead) & (100.0 * dead > self.threshold_layer)).any(axis=1)
+        if not hit.any():
+            return []
+        return [Alarm(step_list[int(np.argmax(hit))], "dead_units")]
+
+
+class SageMakerWeightUpdateRatio:
+    """SageMaker Debugger ``WeightUpdateRatio``: updates too large or too small for the weights.
+
+    The rule computes, for each weight tensor at consecutive steps, the ratio of the update's
+    size to the weights' (``||w_t - w_{t-1}|| / (||w_{t-1}|| + epsilon)``) and returns True
+    when it is above ``large_threshold`` (default 10.0) or below ``small_threshold`` (default
+    1e-8). The curves record the global ratio ``||dw|| / ||w||`` of every step
+    (``curve.update_ratio``), which the rule reads instead of the per-tensor ones; ``epsilon``
+    (default 1e-9) only matters for weights of norm near zero, which a global ratio does not
+    have. Missing and non-finite ratios are skipped. The first step outside the band raises
+    ``Alarm(step, "update_ratio_high")`` or ``Alarm(step, "update_ratio_low")`` and the rule
+    stops.
+
+    Args:
+        large_threshold: Ratio above which updates are too large (> 0).
+        small_threshold: Ratio below which updates are too small (>= 0, below ``large_threshold``).
+        epsilon: Added to the weights' norm (>= 0).
+        name: Display name.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> SageMakerWeightUpdateRatio().run(SimpleNamespace(update_ratio=np.array([1e-3, 2e-4, 5e-9, 1e-3])))
+        [Alarm(step=2, kind='update_ratio_low')]
+    """
+
+    kinds: tuple[str, ...] = ("update_ratio_high", "update_ratio_low")
+
+    def __init__(self, large_threshold: float = 10.0, small_threshold: float = 1e-8, epsilon: float = 1e-9,
+                 name: str = "sm-weight-update-ratio") -> None:
+        check_range("large_threshold", large_threshold, lo=0.0, lo_open=True)
+        check_range("small_threshold", small_threshold, lo=0.0, hi=float(large_threshold), hi_open=True)
+        check_range("epsilon", epsilon, lo=0.0)
+        self.large_threshold = float(large_threshold)
+        self.small_threshold = float(small_threshold)
+        self.epsilon = float(epsilon)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return (f"SageMakerWeightUpdateRatio(large_threshold={self.large_threshold}, "
+                f"small_threshold={self.small_threshold}, epsilon={self.epsilon}, name={self.name!r})")
+
+    def reset(self) -> None:
+        """Stateless between runs."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Stream the update ratio; alarm at the first one outside ``[small, large]``."""
+        for step, r in _stream(curve, "update_ratio"):
+            if not math.isfinite(r):
+                continue
+            if r > self.large_threshold:
+                return [Alarm(step, "update_ratio_high")]
+            if r < self.small_threshold:
+                return [Alarm(step, "update_ratio_low")]
+        return []
+
+
+class SageMakerExplodingTensor:
+    """SageMaker Debugger ``ExplodingTensor``: a tensor holds a non-finite value.
+
+    The rule returns True when any saved tensor holds NaN or infinity (only NaN with
+    ``only_nan=True``; default False). Here the tensors are the recorded scalars: the loss,
+    the global grad norm and the per-layer grad norms. The first step with one raises
+    ``Alarm(step, "nonfinite")`` and the rule stops.
+
+    Args:
+        only_nan: Watch for NaN only, not for infinities.
+        name: Display name.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> run = SimpleNamespace(loss=np.array([1.0, 0.9, 0.8]), grad_norm=np.array([1.0, np.inf, np.nan]))
+        >>> SageMakerExplodingTensor().run(run), SageMakerExplodingTensor(only_nan=True).run(run)
+        ([Alarm(step=1, kind='nonfinite')], [Alarm(step=2, kind='nonfinite')])
+    """
+
+    kinds: tuple[str, ...] = ("nonfinite",)
+
+    def __init__(self, only_nan: bool = False, name: str = "sm-exploding-tensor") -> None:
+        if not isinstance(only_nan, bool):
+            raise ValueError(f"only_nan must be a bool, got {only_nan!r}")
+        self.only_nan = only_nan
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"SageMakerExplodingTensor(only_nan={self.only_nan}, name={self.name!r})"
+
+    def reset(self) -> None:
+        """Stateless between runs."""
+
+    def run(self, curve: Any) -> list[Alarm]:
+        """Stream every recorded scalar; alarm at the first step where one is NaN (or infinite)."""
+        first: int | None = None
+        n_steps = 0
+        for attr in ("loss", "grad_norm", "layer_grad_norms"):
+            m = _matrix(curve, attr)
+            if m is None:
+                continue
+            n_steps = max(n_steps, len(m))
+            bad = np.isnan(m) if self.only_nan else ~np.isfinite(m)
+            rows = bad.any(axis=1)
+            if rows.any():
+                i = int(np.argmax(rows))
+                first = i if first is None else min(first, i)
+        if first is None:
+            return []
+        return [Alarm(_steps(curve, n_steps)[first], "nonfinite")]
+
+
 # --------------------------------------------------------------------------- the bench set
 
 
@@ -538,4 +947,27 @@ def default_baselines() -> list[Baseline]:
         RiverPageHinkley(),
         RiverADWIN(),
         ZClip(),
+    ]
+
+
+def sagemaker_rules() -> list[Baseline]:
+    """The SageMaker Debugger built-in rules the bench compares against, with their published defaults.
+
+    * ``sm-vanishing-gradient``: ``VanishingGradient(threshold=1e-7)`` on the per-layer grad norms;
+    * ``sm-loss-not-decreasing``: ``LossNotDecreasing(num_steps=10, diff_percent=0.0, mode="GLOBAL")``
+      on the train loss;
+    * ``sm-overfit``: ``Overfit(start_step=0, patience=1, ratio_threshold=0.1)``;
+    * ``sm-dead-relu``: ``DeadRelu(threshold_inactivity=1.0, threshold_layer=50.0)``;
+    * ``sm-weight-update-ratio``: ``WeightUpdateRatio(large_threshold=10.0, small_threshold=1e-8)``;
+    * ``sm-exploding-tensor``: ``ExplodingTensor(only_nan=False)``.
+
+    Each is scored only on the kinds in its ``kinds`` attribute.
+    """
+    return [
+        SageMakerVanishingGradient(),
+        SageMakerLossNotDecreasing(),
+        SageMakerOverfit(),
+        SageMakerDeadRelu(),
+        SageMakerWeightUpdateRatio(),
+        SageMakerExplodingTensor(),
     ]

@@ -19,6 +19,12 @@ What a detector is, for the bench:
 
 Monitor events are normalised to :class:`~trainsignals.baselines.Alarm` (step, kind,
 onset step); only ``warning`` and ``critical`` events are alarms, ``info`` events are not.
+A baseline with a ``kinds`` attribute (the SageMaker Debugger rules) is scored on those
+failure kinds only; its false alarms count on every curve.
+
+Suites: ``"synthetic"`` (``datasets/synthetic``, regenerated when absent), ``"real"``
+(``datasets/real``: small PyTorch runs, :mod:`trainsignals.real_runs`) or any folder written by
+:func:`trainsignals.curves.write_suite`. Each suite has its targets (:func:`targets_for`).
 
 Definitions (``W`` is the detection window of the curve's kind, :func:`default_window`):
 
@@ -52,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from trainsignals._events import Kind
-from trainsignals.baselines import Alarm, default_baselines
+from trainsignals.baselines import Alarm, default_baselines, sagemaker_rules
 
 __all__ = [
     "ALARM_SEVERITIES",
@@ -61,6 +67,7 @@ __all__ = [
     "EARLY_WARNING_KINDS",
     "KindScore",
     "Score",
+    "SUITE_TARGETS",
     "TARGETS",
     "add_arguments",
     "check_targets",
@@ -71,6 +78,7 @@ __all__ = [
     "run_bench",
     "run_from_args",
     "score",
+    "targets_for",
 ]
 
 #: Event severities that count as alarms.
@@ -83,6 +91,13 @@ TARGETS: dict[str, float] = {
     "healthy_alarm_rate": 0.02,  # healthy curves with any alarm, at most
     "pre_onset_rate": 0.02,  # faulty curves with an alarm before onset, at most
     "early_warning_rate": 0.90,  # non-finite curves flagged before the blow-up, at least
+}
+
+#: Per-suite overrides of :data:`TARGETS`. The real-run suite (``datasets/real``, small PyTorch
+#: runs with injected faults) has the issue's targets: every kind >= 90 % right-kind, false
+#: alarms (healthy runs, and faulty runs before their onset) <= 3 %.
+SUITE_TARGETS: dict[str, dict[str, float]] = {
+    "real": {"detection_rate": 0.90, "healthy_alarm_rate": 0.03, "pre_onset_rate": 0.03},
 }
 
 _KIND_ORDER = {k.value: i for i, k in enumerate(Kind)}
@@ -433,6 +448,8 @@ class Score:
         seconds: Wall time spent in the detector.
         us_per_step: Microseconds per step.
         curves: Every curve's verdict.
+        scope: The failure kinds the detector was scored on (a baseline's ``kinds``), or
+            ``None`` for every kind.
     """
 
     detector: str
@@ -455,15 +472,30 @@ class Score:
     seconds: float
     us_per_step: float
     curves: list[CurveResult] = field(repr=False)
+    scope: tuple[str, ...] | None = None
 
     @classmethod
-    def from_results(cls, detector: str, results: Sequence[CurveResult], steps: int, seconds: float) -> Score:
-        """Aggregate per-curve verdicts."""
+    def from_results(
+        cls,
+        detector: str,
+        results: Sequence[CurveResult],
+        steps: int,
+        seconds: float,
+        scope: Iterable[str] | None = None,
+    ) -> Score:
+        """Aggregate per-curve verdicts.
+
+        ``scope``: the failure kinds the detector can name (a baseline's ``kinds``); when given,
+        only those kinds get a :class:`KindScore` (the others are not its business). Healthy
+        and pre-onset false alarms count over every curve either way.
+        """
         healthy = [r for r in results if r.healthy]
         faulty = [r for r in results if not r.healthy]
+        in_scope = None if scope is None else set(scope)
         by_kind: dict[str, list[CurveResult]] = {}
         for r in faulty:
-            by_kind.setdefault(r.kind, []).append(r)
+            if in_scope is None or r.kind in in_scope:
+                by_kind.setdefault(r.kind, []).append(r)
         order = sorted(by_kind, key=lambda k: (_KIND_ORDER.get(k, len(_KIND_ORDER)), k))
         kinds = {k: KindScore.from_results(k, by_kind[k]) for k in order}
         h_alarms = [r for r in healthy if r.any_alarm]
@@ -495,6 +527,7 @@ class Score:
             seconds=float(seconds),
             us_per_step=1e6 * seconds / steps if steps else 0.0,
             curves=list(results),
+            scope=None if in_scope is None else tuple(sorted(in_scope, key=lambda k: (_KIND_ORDER.get(k, 99), k))),
         )
 
     def misses(self, kind: str) -> list[CurveResult]:
@@ -527,6 +560,7 @@ class Score:
             "steps": self.steps,
             "seconds": self.seconds,
             "us_per_step": self.us_per_step,
+            "scope": None if self.scope is None else list(self.scope),
         }
         if per_curve:
             d["curves"] = [r.to_dict() for r in self.curves]
@@ -551,6 +585,9 @@ def score(
             (steps) or a function of ``total_steps``.
         name: Display name; defaults to the detector's ``name`` (or class name).
 
+    A detector with a ``kinds`` attribute (a tuple of kind names: the SageMaker rules) is
+    scored on those failure kinds only (see :meth:`Score.from_results`).
+
     Returns:
         The :class:`Score`.
     """
@@ -565,10 +602,29 @@ def score(
         steps += _n_steps(curve)
         kind = str(getattr(curve.kind, "value", curve.kind))
         results.append(judge(curve, alarms, _window(kind, _total_steps(curve), windows)))
-    return Score.from_results(name or _detector_name(detector), results, steps, seconds)
+    scope = getattr(detector, "kinds", None)
+    if scope is not None and not isinstance(scope, (tuple, list, frozenset, set)):
+        scope = None
+    return Score.from_results(name or _detector_name(detector), results, steps, seconds, scope=scope)
 
 
 # --------------------------------------------------------------------------- targets
+
+
+def targets_for(suite: str) -> dict[str, float]:
+    """The targets of a suite: :data:`TARGETS` with the suite's :data:`SUITE_TARGETS` overrides.
+
+    A suite given as a path is known by its folder's name (``datasets/real`` -> ``"real"``).
+
+    Example:
+        >>> targets_for("real")["detection_rate"], targets_for("synthetic")["detection_rate"]
+        (0.9, 0.95)
+    """
+    from pathlib import PurePath
+
+    t = dict(TARGETS)
+    t.update(SUITE_TARGETS.get(suite, SUITE_TARGETS.get(PurePath(suite).name, {})))
+    return t
 
 
 def check_targets(
@@ -582,7 +638,8 @@ def check_targets(
     4. non-finite curves flagged by a ``divergence`` or ``grad_explosion`` alarm before
        the first non-finite value >= 90 % (skipped when the suite has none);
     5. right-kind detection strictly above every baseline on every kind (a baseline that
-       does not report a kind counts as 0). Where both reach 100 % nobody can do better:
+       does not report a kind counts as 0; a baseline scored on some kinds only, a
+       ``scope``, is compared on those). Where both reach 100 % nobody can do better:
        the target is then met when our median delay is no longer than the baseline's.
 
     Args:
@@ -621,6 +678,8 @@ def check_targets(
         )
     for b in baselines:
         for kind, ks in main.kinds.items():
+            if b.scope is not None and kind not in b.scope:
+                continue
             ours = ks.rate or 0.0
             other = b.kinds.get(kind)
             theirs = (other.rate or 0.0) if other is not None else 0.0
@@ -766,11 +825,12 @@ class BenchResult:
         return "\n".join(lines) + "\n"
 
     def check_targets(self, targets: Mapping[str, float] | None = None) -> list[str]:
-        """The targets the main detector misses (see :func:`check_targets`)."""
+        """The targets the main detector misses (see :func:`check_targets`); by default the
+        suite's own (:func:`targets_for`)."""
         if self.main not in self.scores:
             return [f"main detector {self.main!r} was not run"]
         others = [s for name, s in self.scores.items() if name != self.main]
-        return check_targets(self.scores[self.main], others, targets)
+        return check_targets(self.scores[self.main], others, targets_for(self.suite) if targets is None else targets)
 
     def to_dict(self, per_curve: bool = False) -> dict[str, Any]:
         """A JSON-serialisable dict, with the unmet targets."""
@@ -781,7 +841,7 @@ class BenchResult:
             "main": self.main,
             "kinds": self.kinds,
             "scores": {name: s.to_dict(per_curve) for name, s in self.scores.items()},
-            "targets": {"thresholds": dict(TARGETS), "met": not unmet, "unmet": unmet},
+            "targets": {"thresholds": targets_for(self.suite), "met": not unmet, "unmet": unmet},
         }
 
 
@@ -824,8 +884,9 @@ def run_bench(
         detectors: ``{name: detector}`` (see :func:`score`); defaults to
             ``{"trainsignals": Monitor}``, the default Monitor built per curve with
             ``Monitor(total_steps=curve.total_steps)``.
-        baselines: ``True`` for :func:`~trainsignals.baselines.default_baselines`,
-            ``False`` for none, or the baselines to run.
+        baselines: ``True`` for :func:`~trainsignals.baselines.default_baselines` followed by
+            :func:`~trainsignals.baselines.sagemaker_rules`, ``False`` for none, or the
+            baselines to run.
         curves: The curves, instead of loading ``suite``.
         windows: Per-kind detection windows (see :func:`score`).
         main: The detector the targets apply to.
@@ -838,7 +899,7 @@ def run_bench(
     if detectors is None:
         detectors = {main: _default_monitor_factory()}
     if baselines is True:
-        base: Sequence[Any] = default_baselines()
+        base: Sequence[Any] = [*default_baselines(), *sagemaker_rules()]
     elif baselines is False:
         base = ()
     else:
@@ -857,7 +918,9 @@ def run_bench(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``bench`` options to ``parser`` (for mounting under the main CLI)."""
-    parser.add_argument("--suite", default="synthetic", help="labeled suite to score (default: synthetic)")
+    parser.add_argument(
+        "--suite", default="synthetic", help="labeled suite to score: synthetic, real or a folder (default: synthetic)"
+    )
     parser.add_argument("--json", action="store_true", help="print the scores as JSON instead of a table")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument(

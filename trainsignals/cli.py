@@ -29,11 +29,15 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _datasets(args: argparse.Namespace) -> int:
-    from . import curves
-
     argv = ["build", "--seed", str(args.seed)]
     if args.out:
         argv += ["--out", args.out]
+    if getattr(args, "suite", "synthetic") == "real":
+        from . import real_runs
+
+        return int(real_runs.main([*argv, "--jobs", str(args.jobs)]) or 0)
+    from . import curves
+
     return int(curves.main(argv) or 0)
 
 
@@ -64,9 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_arguments(b)
     b.set_defaults(func=_bench)
 
-    s = sub.add_parser("datasets", help="regenerate the committed synthetic suite bit for bit")
+    s = sub.add_parser("datasets", help="regenerate a committed labeled suite (synthetic: bit for bit)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--out", default=None, help="output folder (default: datasets/synthetic)")
+    s.add_argument("--out", default=None, help="output folder (default: datasets/<suite>)")
+    s.add_argument("--suite", choices=("synthetic", "real"), default="synthetic",
+                   help="synthetic curves, or real PyTorch runs (needs torch and scikit-learn; 6-10 min on 2 cores)")
+    s.add_argument("--jobs", type=int, default=2, help="worker processes for --suite real (default 2)")
     s.set_defaults(func=_datasets)
 
     from .trace_cli import add_trace_commands
