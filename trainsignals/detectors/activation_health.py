@@ -23,8 +23,10 @@ class ActivationHealth(Detector):
     form ``{"dead_frac": vector, "saturation": vector}`` (one value per layer, layers named by
     position unless named by an earlier sample). Per layer and statistic, as NumPy
     vectors: a layer fires ``dead_units`` when its dead fraction is at least
-    ``dead_threshold`` (a layer > 90 % dead contributes almost nothing) for ``patience``
-    consecutive samples, and ``saturation`` when its saturated fraction is at least
+    ``dead_threshold`` (a layer > 90 % dead contributes almost nothing) for ``dead_patience``
+    consecutive samples — one by default: a unit counts as dead only when it is 0 for every
+    example of the sampled batch, so one sample is already an aggregate over the batch — and
+    ``saturation`` when its saturated fraction (of all outputs, not per unit) is at least
     ``saturation_threshold`` (most units in the flat region) for ``patience`` samples. A
     layer fires once per excursion (re-armed when it falls back below the threshold).
     ``onset_step`` is the last sample at which the fraction was still within ``margin`` of
@@ -33,7 +35,8 @@ class ActivationHealth(Detector):
     Args:
         dead_threshold: dead fraction that fires, in (0, 1].
         saturation_threshold: saturated fraction that fires, in (0, 1].
-        patience: consecutive samples above threshold, >= 1.
+        patience: consecutive samples above the saturation threshold, >= 1.
+        dead_patience: consecutive samples above the dead threshold, >= 1.
         margin: rise above baseline that ends the calm period, in (0, 1).
         alpha: baseline EWMA weight, in (0, 1].
 
@@ -42,22 +45,25 @@ class ActivationHealth(Detector):
         >>> evs = [det.update({"fc1": {"dead_frac": d, "saturation": 0.0}}, step=10 * i)
         ...        for i, d in enumerate([0.3, 0.3, 0.5, 0.8, 0.95, 0.97, 0.99])]
         >>> [(e.kind.value, e.step, e.onset_step, e.layer) for evl in evs for e in evl]
-        [('dead_units', 60, 10, 'fc1')]
+        [('dead_units', 40, 10, 'fc1')]
     """
 
     signals = ("activations",)
     _state_keys = ("n", "names", "base", "run", "fired", "calm", "last_step")
 
     def __init__(self, dead_threshold: float = 0.9, saturation_threshold: float = 0.5, patience: int = 3,
-                 margin: float = 0.1, alpha: float = 0.2) -> None:
+                 margin: float = 0.1, alpha: float = 0.2, dead_patience: int = 1) -> None:
         check_range("dead_threshold", dead_threshold, 0, 1, lo_open=True)
         check_range("saturation_threshold", saturation_threshold, 0, 1, lo_open=True)
         check_range("patience", patience, 1, None, integer=True)
+        check_range("dead_patience", dead_patience, 1, None, integer=True)
         check_range("margin", margin, 0, 1, lo_open=True, hi_open=True)
         check_range("alpha", alpha, 0, 1, lo_open=True)
         self.dead_threshold = dead_threshold
         self.saturation_threshold = saturation_threshold
         self.patience = patience
+        self.dead_patience = dead_patience
+        self._need = np.array([[dead_patience], [patience]])
         self.margin = margin
         self.alpha = alpha
         self._thr = np.array([[dead_threshold], [saturation_threshold]])
@@ -159,7 +165,7 @@ class ActivationHealth(Detector):
         self._calm = np.where(ok & (mat <= self._base + self.margin), step, self._calm)
         self._run = np.where(above, self._run + 1, np.where(below, 0, self._run))
         self._fired &= ~below
-        fire = (self._run >= self.patience) & ~self._fired
+        fire = (self._run >= self._need) & ~self._fired
         if not fire.any():
             return []
         self._fired |= fire
@@ -170,7 +176,8 @@ class ActivationHealth(Detector):
             v = float(mat[r, c])
             if r == 0:
                 kind, thr = Kind.DEAD_UNITS, self.dead_threshold
-                msg = f"{100 * v:.3g}% of layer {layer}'s ReLU outputs are exactly 0 ({self.patience} samples in a row)"
+                msg = (f"{100 * v:.3g}% of layer {layer}'s ReLU units output exactly 0 for every example of "
+                       "the batch" + (f" ({self.dead_patience} samples in a row)" if self.dead_patience > 1 else ""))
             else:
                 kind, thr = Kind.SATURATION, self.saturation_threshold
                 msg = f"{100 * v:.3g}% of layer {layer}'s units are saturated ({self.patience} samples in a row)"
