@@ -10,8 +10,9 @@
   (``torch._foreach_norm``) gives every parameter tensor's grad norm; the global norm and the
   per-layer norms are assembled from them on the device;
 * **update ratio** ‖Δw‖/‖w‖ — every ``update_ratio_every`` optimizer steps the pre-hook copies
-  the parameters (``torch._foreach_mul``: **one extra copy of the parameters, on measuring steps
-  only**, freed in the post-hook) and the post-hook differences them; global and per layer
+  the parameters (**one extra copy of the parameters, on measuring steps only**, freed in the
+  post-hook; kept allocated when measuring every step; none for plain SGD, whose
+  ‖Δw‖ = lr‖g‖) and the post-hook differences them; global and per layer
   (the Monitor takes the global ratio; the per-layer ratios are in :attr:`TorchWatcher.last_layer_update_ratios`);
 * **learning rate** — ``optimizer.param_groups[0]["lr"]`` is fed as ``lr``; when groups differ,
   all of them are in :attr:`TorchWatcher.last_lrs`;
@@ -160,7 +161,11 @@ class TorchWatcher:
             (the root-square-sum of its tensors' norms; names without the ``.weight``/``.bias``
             suffix), or None — the global norm only.
         update_ratio_every: measure ‖Δw‖/‖w‖ every this many optimizer steps (0: never). Costs
-            one copy of the parameters on those steps only.
+            one pass over the parameters (their norms) and one copy of them, taken in the
+            pre-hook and differenced in the post-hook: allocated on measuring steps only, or kept
+            allocated when measuring every step (``1``). With plain SGD (no momentum, no weight
+            decay) the step is exactly ``-lr * g``, so ``‖Δw‖ = lr ‖g‖`` is derived from the grad
+            norms already measured: no copy at all.
         activations_every: measure activation statistics every this many steps (0: never).
         activation_types: module classes whose outputs are measured.
         recorder: passed to the new Monitor (ignored when ``monitor`` is given).
@@ -305,6 +310,9 @@ class TorchWatcher:
         self._grad_sq: torch.Tensor | None = None        # per-parameter squared norms of this step
         self._ratio: torch.Tensor | None = None          # [global, per layer...] update ratios
         self._snapshot: list[torch.Tensor] | None = None
+        self._ratio_buf: list[torch.Tensor] | None = None
+        self._lr_sq_key: tuple[float, ...] | None = None
+        self._lr_sq: torch.Tensor | None = None
         self._w_sq: torch.Tensor | None = None
         self._stepped = False
         self._skipped_run = 0
@@ -392,12 +400,24 @@ class TorchWatcher:
         with torch.no_grad():
             # with a closure, backward runs inside step(), after this hook: the gradients here are
             # stale; call capture_grads() after backward() inside the closure instead
-            if self._grad_sq is None and closure is None:
+            from_hook = self._grad_sq is None and closure is None
+            if from_hook:
                 self._grad_sq = self._grad_sq_now()
             if self._measure_ratio():
                 params = [p.detach() for p in self._params]
                 self._w_sq = self._norms(params)
-                self._snapshot = list(torch._foreach_mul(params, 1.0))   # one copy, freed in the post-hook
+                lr_sq = self._plain_sgd_lr_sq(optimizer) if from_hook else None
+                if lr_sq is not None and self._grad_sq is not None:
+                    # plain SGD: the step is exactly -lr * g, so ||dw|| = lr * ||g||: no copy needed
+                    self._ratio = self._ratios(self._grad_sq * lr_sq, self._w_sq)
+                    self._w_sq = None
+                elif self.update_ratio_every == 1:   # every step: one buffer, kept
+                    if self._ratio_buf is None:
+                        self._ratio_buf = [torch.empty_like(p) for p in params]
+                    torch._foreach_copy_(self._ratio_buf, params)
+                    self._snapshot = self._ratio_buf
+                else:
+                    self._snapshot = list(torch._foreach_mul(params, 1.0))   # one copy, freed in the post-hook
             if self.skip_nonfinite_steps and self.scaler is None and self._grad_sq is not None:
                 self._skip_prepare(optimizer)
 
@@ -441,14 +461,33 @@ class TorchWatcher:
         with torch.no_grad():
             snap = self._snapshot
             torch._foreach_sub_(snap, [p.detach() for p in self._params])   # old - new, in place
-            d_sq = self._norms(snap)
-            w_sq = self._w_sq
-            glob = d_sq.sum().sqrt() / w_sq.sum().sqrt().clamp_min(1e-30)
-            d_l, w_l = self._per_layer(d_sq), self._per_layer(w_sq)
-            per = d_l.sqrt() / w_l.sqrt().clamp_min(1e-30)
-            self._ratio = torch.cat([glob.reshape(1), per])
+            self._ratio = self._ratios(self._norms(snap), self._w_sq)
         self._snapshot = None
         self._w_sq = None
+
+    def _ratios(self, d_sq: torch.Tensor, w_sq: torch.Tensor) -> torch.Tensor:
+        """[global, per layer...] ||dw|| / ||w|| from per-parameter squared norms."""
+        glob = d_sq.sum().sqrt() / w_sq.sum().sqrt().clamp_min(1e-30)
+        d_l, w_l = self._per_layer(d_sq), self._per_layer(w_sq)
+        return torch.cat([glob.reshape(1), d_l.sqrt() / w_l.sqrt().clamp_min(1e-30)])
+
+    def _plain_sgd_lr_sq(self, optimizer: Any) -> torch.Tensor | None:
+        """lr**2 per parameter when every group is plain SGD (no momentum, no weight decay), else None."""
+        if type(optimizer) is not torch.optim.SGD:
+            return None
+        lrs: dict[int, float] = {}
+        for group in optimizer.param_groups:
+            if group.get("momentum", 0) or group.get("weight_decay", 0) or isinstance(group["lr"], torch.Tensor):
+                return None
+            for p in group["params"]:
+                lrs[id(p)] = float(group["lr"])
+        if any(id(p) not in lrs for p in self._params):
+            return None
+        key = tuple(lrs[id(p)] for p in self._params)
+        if self._lr_sq_key != key:
+            self._lr_sq_key = key
+            self._lr_sq = torch.tensor(key, dtype=torch.float32, device=self._device).square()
+        return self._lr_sq
 
     def _per_layer(self, sq: torch.Tensor) -> torch.Tensor:
         if self._module_index is None:

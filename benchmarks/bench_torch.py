@@ -17,8 +17,12 @@ of measuring per-parameter grad norms every step:
 * (d) the memory-bandwidth floor: the gradients' bytes divided by the read bandwidth measured
   in the same run (``sum`` of a 256 MB buffer).
 
-Prints the added cost per step (median over repeats) in ms and as % of the bare step, and
-the watcher's cost as a ratio to (a), (b), (c) and (d).
+Prints, per variant (medians over interleaved repeats): the step time, its difference from the
+bare step (noisy on a shared CPU: it carries the step's own jitter), and the *own time* — the
+wall time spent in the measuring code itself, timed around it (for the watcher: its hooks and
+``update``) — in ms and as % of the bare step; then the watcher's own time as a ratio to (a),
+(b), (c) and (d). On a GPU, where the kernels run asynchronously, judge by the step difference:
+own time counts only what the host waits for.
 
 Run: ``python benchmarks/bench_torch.py [--steps 30] [--repeats 3] [--device cpu] [--models mlp,cnn,gpt2]``.
 """
@@ -81,28 +85,54 @@ def lm_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
+class TimedWatcher(TorchWatcher):
+    """A TorchWatcher that adds up the wall time spent in its own code (hooks and update)."""
+
+    own = 0.0
+
+    def _pre_hook(self, *args: Any) -> None:
+        t0 = time.perf_counter()
+        super()._pre_hook(*args)
+        self.own += time.perf_counter() - t0
+
+    def _post_hook(self, *args: Any) -> None:
+        t0 = time.perf_counter()
+        super()._post_hook(*args)
+        self.own += time.perf_counter() - t0
+
+    def update(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        out = super().update(*args, **kwargs)
+        self.own += time.perf_counter() - t0
+        return out
+
+
 def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor, variant: str,
-                 steps: int, device: torch.device) -> float:
-    """Seconds per step of ``steps`` training steps with the given measurement."""
+                 steps: int, device: torch.device) -> tuple[float, float]:
+    """Seconds per step of ``steps`` training steps with the given measurement, and seconds per
+    step spent in the measuring code itself (timed around it)."""
     torch.manual_seed(0)
     model = make().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    watcher: TorchWatcher | None = None
+    watcher: TimedWatcher | None = None
     if variant.startswith("watcher"):
         every = {"watcher": 0, "watcher+ratio": 10, "watcher+ratio1": 1}[variant]
-        watcher = TorchWatcher(model, opt, update_ratio_every=every)
+        watcher = TimedWatcher(model, opt, update_ratio_every=every)
+    own = 0.0
     loss_fn = lm_loss if y.dim() == 2 else F.cross_entropy
     named = list(model.named_parameters())
     params = [p for _, p in named]
     sink: Any = None
 
     def step() -> None:
-        nonlocal sink
+        nonlocal sink, own
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        t0 = time.perf_counter()
         if watcher is not None:
             sink = watcher.update(loss=loss)
+            t0 = time.perf_counter()          # the watcher times itself, hooks included
         elif variant == "recipe":
             sink = ({n: p.grad.norm().item() for n, p in named if p.grad is not None}, loss.item())
         elif variant == "lightning":
@@ -112,10 +142,14 @@ def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
             sink = torch.stack([loss.detach(), *norms]).tolist()
         else:
             sink = loss.detach()
+        own += time.perf_counter() - t0
         opt.zero_grad()
 
     for _ in range(5):
         step()
+    own = 0.0
+    if watcher is not None:
+        watcher.own = 0.0
     if device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -123,10 +157,12 @@ def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
     if watcher is not None:
+        own = watcher.own
         watcher.close()
     del sink
-    return (time.perf_counter() - t0) / steps
+    return elapsed / steps, own / steps
 
 
 try:
@@ -154,10 +190,14 @@ def bench(name: str, make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Te
           repeats: int, device: torch.device, bandwidth: float) -> None:
     variants = [v for v in VARIANTS if v != "lightning" or lightning_grad_norm is not None]
     per: dict[str, list[float]] = {v: [] for v in variants}
+    owns: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(repeats):                      # interleave the variants: drift hits all alike
         for v in variants:
-            per[v].append(time_variant(make, x, y, v, steps, device))
+            total, own_t = time_variant(make, x, y, v, steps, device)
+            per[v].append(total)
+            owns[v].append(own_t)
     med = {v: statistics.median(t) for v, t in per.items()}
+    own = {v: statistics.median(t) for v, t in owns.items()}
     params = list(make().parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in params)
     floor = grad_bytes / bandwidth
@@ -165,14 +205,15 @@ def bench(name: str, make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Te
     print(f"\n{name}: {len(params)} parameter tensors, {grad_bytes / 1e6:.1f} MB of gradients, "
           f"bare step {bare * 1e3:.2f} ms (median of {repeats})")
     added = {v: med[v] - bare for v in variants if v != "bare"}
+    print("  variant          step (ms)   step - bare (ms)    own time (ms, % of the bare step)")
     for v, a in added.items():
-        print(f"  {v:15s} step {med[v] * 1e3:8.2f} ms   added {a * 1e3:+8.3f} ms  ({100 * a / bare:+6.2f} % of the step)")
+        print(f"  {v:15s} {med[v] * 1e3:9.2f}   {a * 1e3:+9.3f}          {own[v] * 1e3:8.3f}  ({100 * own[v] / bare:5.2f} %)")
     print(f"  (d) bandwidth floor: {floor * 1e3:.3f} ms ({100 * floor / bare:.2f} % of the step)")
-    w = added["watcher"]
-    for v, label in (("recipe", "recipe (a)"), ("lightning", "Lightning grad_norm (b)"), ("foreach", "foreach (c)")):
-        if v in added:
-            print(f"  watcher / {label}: {w / added[v]:.2f}x" if added[v] > 0 else f"  {label}: no measurable cost")
-    print(f"  watcher / bandwidth floor (d): {w / floor:.2f}x;  foreach (c) / (d): {added['foreach'] / floor:.2f}x")
+    w = own["watcher"]
+    parts = [f"{label} {w / own[v]:.2f}x" for v, label in (("recipe", "(a) recipe"), ("lightning", "(b) Lightning"),
+                                                          ("foreach", "(c) foreach")) if v in own and own[v] > 0]
+    print(f"  watcher own time vs: {', '.join(parts)}, (d) bandwidth floor {w / floor:.2f}x;"
+          f"  foreach (c) / (d): {own['foreach'] / floor:.2f}x")
 
 
 def main() -> None:

@@ -231,17 +231,24 @@ def test_gradient_accumulation_is_measured_once_per_optimizer_step() -> None:
     assert [kw["step"] for kw in spy.fed] == [0, 1, 2]
 
 
-def test_update_ratio_matches_a_direct_computation() -> None:
+@pytest.mark.parametrize(("make_opt", "every"), [
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 3),        # a copy per measuring step
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1),        # one kept buffer
+    (lambda ps: torch.optim.AdamW(ps, lr=1e-3), 1),
+    (lambda ps: torch.optim.SGD(ps, lr=0.1), 3),                      # plain SGD: lr * ||g||, no copy
+    (lambda ps: torch.optim.SGD([{"params": ps[:2], "lr": 0.3}, {"params": ps[2:]}], lr=0.05), 1),
+])
+def test_update_ratio_matches_a_direct_computation(make_opt: Any, every: int) -> None:
     model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    w = TorchWatcher(model, opt, update_ratio_every=3)
+    opt = make_opt(list(model.parameters()))
+    w = TorchWatcher(model, opt, update_ratio_every=every)
     spy = Spy(w)
     for step in range(7):
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
         one_step(model, opt, w, seed=step)
         after = dict(model.named_parameters())
         fed = spy.fed[-1]
-        if step % 3:
+        if step % every:
             assert "update_ratio" not in fed
             continue
         d = {n: (after[n].detach() - before[n]).norm().item() for n in before}
