@@ -294,6 +294,7 @@ class TorchWatcher:
         self.param_names: tuple[str, ...] = tuple(n for n, _ in named)
         self._params: list[torch.Tensor] = [p for _, p in named]
         self._device = self._params[0].device
+        self._one_device = all(p.device == self._device for p in self._params)
         if per_layer == "module":
             owners = [n.rsplit(".", 1)[0] if "." in n else n for n in self.param_names]
             self.layer_names: tuple[str, ...] = tuple(dict.fromkeys(owners))
@@ -350,11 +351,11 @@ class TorchWatcher:
 
     def _norms(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """Squared L2 norms of ``tensors`` as one float32 vector on the watcher's device (fused kernels)."""
+        if self._one_device:      # the parameters (and so their gradients) live on one device
+            return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32)).square()
         by_device: dict[torch.device, list[int]] = {}
         for i, t in enumerate(tensors):
             by_device.setdefault(t.device, []).append(i)
-        if len(by_device) == 1:
-            return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32)).to(self._device).square()
         out = torch.zeros(len(tensors), device=self._device)
         for idx in by_device.values():
             norms = torch.stack(torch._foreach_norm([tensors[i] for i in idx], 2, dtype=torch.float32))
@@ -363,9 +364,9 @@ class TorchWatcher:
 
     def _grad_sq_now(self) -> torch.Tensor:
         grads = [p.grad for p in self._params]
+        if all(g is not None for g in grads):
+            return self._norms(grads)   # type: ignore[arg-type]
         present = [i for i, g in enumerate(grads) if g is not None]
-        if len(present) == len(grads):
-            return self._norms([g for g in grads if g is not None])
         out = torch.zeros(len(grads), device=self._device)
         if present:
             sq = self._norms([g for g in grads if g is not None])
