@@ -21,27 +21,41 @@ class LossGradCoupling(PairDetector):
     """Flags silent collapse: the loss keeps falling while the grad norm collapses (or explodes).
 
     On ``u = log(loss)`` and ``g = log(grad_norm)`` the detector keeps smoothed levels (EWMA,
-    weight ``alpha``) and compares each with its own value ``lag`` values earlier. The grad
-    norm has *decoupled* when its level moved at least ``orders`` decades over that span
-    (``|dg| >= orders * ln 10``) — a healthy run's grad norm drifts far less in ``lag`` steps —
-    and, when it fell, it fell ``orders`` decades more than the loss did (a classifier fitting
-    its data drives loss and gradient down together: that is coupled, not silent). Then:
+    weight ``alpha``) and compares each with its own value ``lag`` values earlier (``du``,
+    ``dg``) and ``span`` values earlier. It fires ``silent_collapse`` when
 
-    * if the loss did not rise over the span (``du <= log(loss_tolerance)``), it is
-      ``silent_collapse`` — the loss looks fine while the gradients died (or blew up);
-    * if the grad norm collapsed while the loss rose instead, it is ``vanishing_gradient``.
+    * the grad norm **decoupled** from a loss that did not rise (``du <= log(loss_tolerance)``):
+      it rose ``orders`` decades (``dg >= orders * ln 10``: a healthy run's grad norm drifts
+      far less in ``lag`` steps), or fell ``orders`` decades more than the loss did — the
+      loss looks fine while the gradients died (or blew up); a classifier fitting its data
+      drives loss and gradient down together, which is coupled;
+    * or loss and grad norm **collapsed together**, too fast to be learning: over the last
+      ``span`` values both levels fell at least ``orders`` decades, and the loss is ``orders``
+      decades below its level ``lag`` values earlier (or its first level) too, so a loss that
+      comes back down after a blow-up does not count. A model that found one
+      safe answer (every label the majority class, a constant target) drives its loss and its
+      gradients toward zero within a few dozen steps; a healthy run that memorises its data
+      gets there gradually, well under a decade per ``span`` steps. This rule needs only
+      ``span`` values, so it also watches the first ``lag`` steps, where a collapse to the
+      majority class happens while the loss is still near chance.
 
-    A grad-norm *explosion* with a rising loss is left to :class:`EWMASpike` on the grad norm.
-    Both are warnings; ``onset_step`` is the first step in the span at which the grad level
-    had left its starting value by a quarter of a decade. After an event the detector stays
-    quiet until the decoupling has cleared (``|dg|`` back under the threshold), so one
-    collapse is one event; no event before ``lag`` values were seen.
+    If the grad norm fell ``orders`` decades over ``lag`` values while the loss rose instead, it
+    is ``vanishing_gradient``. A grad-norm *explosion* with a rising loss is left to
+    :class:`EWMASpike` on the grad norm. Both are warnings; ``onset_step`` is the first step of
+    the held ``lag`` values at which the grad level had left its starting value by a quarter
+    of a decade (for a fall: fell a quarter of a decade below its highest level so far, so an
+    early rise does not count). After an event the detector stays quiet until the movement
+    has cleared (``|dg|`` and the fall over ``span`` back under the threshold), so one collapse
+    is one event; no event before ``span`` values were seen, and none of the ``lag`` rules
+    before ``lag`` values.
 
     Args:
         lag: span, in values, over which the levels are compared, >= 2.
         alpha: weight of the smoothed levels, in (0, 1].
         orders: decades of grad-norm movement that fire, > 0.
         loss_tolerance: how much the loss may have risen and still count as "not rising", >= 1.
+        span: the short span, in values, of a joint collapse of loss and grad norm, in
+            [2, lag]; ``None``: two fifths of ``lag`` (100 values for the default ``lag``).
 
     Example:
         The loss falls smoothly while the grad norm decays by 3 decades from step 200 to 350:
@@ -52,6 +66,17 @@ class LossGradCoupling(PairDetector):
         >>> grad = np.maximum(np.where(t < 200, 1.0, 10.0 ** (-(t - 200) / 50)), 1e-3)
         >>> [(e.kind.value, e.step, e.onset_step) for e in LossGradCoupling().scan(loss, grad)]
         [('silent_collapse', 303, 221)]
+
+        A loss near chance that drops 1000-fold in 40 steps from step 150, its grad norm
+        100-fold (every label switched to one class):
+
+        >>> rng = np.random.default_rng(0)
+        >>> t = np.arange(400)
+        >>> drop = np.clip((t - 150) / 40, 0, 1)
+        >>> loss = 2.3 * 10.0 ** (-3 * drop) * np.exp(rng.normal(0, 0.05, 400))
+        >>> grad = 10.0 ** (-2 * drop) * np.exp(rng.normal(0, 0.1, 400))
+        >>> [(e.kind.value, e.step, e.onset_step) for e in LossGradCoupling().scan(loss, grad)]
+        [('silent_collapse', 189, 161)]
     """
 
     signals = ("loss", "grad_norm")
@@ -63,15 +88,20 @@ class LossGradCoupling(PairDetector):
         alpha: float = 0.1,
         orders: float = 1.5,
         loss_tolerance: float = 1.05,
+        span: int | None = None,
     ) -> None:
         check_range("lag", lag, 2, None, integer=True)
         check_range("alpha", alpha, 0, 1, lo_open=True)
         check_range("orders", orders, 0, None, lo_open=True)
         check_range("loss_tolerance", loss_tolerance, 1, None)
+        if span is not None:
+            check_range("span", span, 2, lag, integer=True)
         self.lag = lag
         self.alpha = alpha
         self.orders = orders
         self.loss_tolerance = loss_tolerance
+        self.span = span
+        self._span = max(2, 2 * lag // 5) if span is None else span
         self._a, self._b = float(alpha), 1.0 - float(alpha)
         self._gap = orders * _LN10
         self._ltol = math.log(loss_tolerance)
@@ -99,42 +129,57 @@ class LossGradCoupling(PairDetector):
             return None
         u = math.log(loss)
         g = math.log(grad)
-        if self._n == 0:
-            self._u, self._g = u, g
-        else:
-            self._u = self._a * u + self._b * self._u
-            self._g = self._a * g + self._b * self._g
+        if self._n:
+            u = self._a * u + self._b * self._u
+            g = self._a * g + self._b * self._g
+        self._u = u
+        self._g = g
         self._n += 1
-        self._us.append(self._u)
-        self._gs.append(self._g)
+        gs = self._gs
+        self._us.append(u)
+        gs.append(g)
         self._ss.append(step)
-        if len(self._gs) <= self.lag:
+        if len(gs) <= self._span:
             return None
-        dg = self._g - self._gs[0]
-        if abs(dg) < self._gap:
+        gap = self._gap
+        j = -self._span - 1
+        dg = g - gs[0]
+        if -gap < dg < gap and g - gs[j] > -gap:  # the common case: nothing moved that far
+            self._armed = True
+            return None
+        ds = g - gs[j]
+        big = len(gs) > self.lag and abs(dg) >= gap
+        if not big and ds > -gap:
             self._armed = True
             return None
         if not self._armed:
             return None
-        du = self._u - self._us[0]
-        falling = du <= self._ltol
-        if dg > 0:
-            if not falling:
-                return None
-        elif falling and -dg - max(0.0, -du) < self._gap:
-            return None  # the grad norm fell with the loss (e.g. a classifier fitting its data)
-        return self._event(step, dg, du, falling)
+        if big:
+            du = u - self._us[0]
+            falling = du <= self._ltol
+            if dg > 0:
+                if falling:
+                    return self._event(step, dg, du, True, False)
+            elif not falling:
+                return self._event(step, dg, du, False, False)
+            elif -dg - max(0.0, -du) >= gap:
+                return self._event(step, dg, du, True, False)  # the grad norm fell orders more than the loss
+        dus = u - self._us[j]
+        if ds <= -gap and dus <= -gap and u - self._us[0] <= -gap:
+            return self._event(step, ds, dus, True, True)
+        return None  # the grad norm fell with the loss, at a learning pace (e.g. a classifier fitting its data)
 
-    def _event(self, step: int, dg: float, du: float, falling: bool) -> Event:
+    def _event(self, step: int, dg: float, du: float, falling: bool, together: bool) -> Event:
         self._armed = False
-        g0 = self._gs[0]
-        onset = step
-        for gv, sv in zip(self._gs, self._ss):
-            if abs(gv - g0) >= 0.25 * _LN10:
-                onset = sv
-                break
+        onset = self._onset(dg < 0)
         kind = Kind.SILENT_COLLAPSE if falling else Kind.VANISHING_GRADIENT
         factor = math.exp(abs(dg))
+        if together:
+            msg = (f"loss and grad_norm collapsed together in {self._span} steps (since step {onset}): the loss fell "
+                   f"{math.exp(-du):.3g}x and the grad norm {factor:.3g}x, too fast for learning: "
+                   "the model may have collapsed to one answer (labels of one class?)")
+            return make_event(kind, "warning", step, onset, type(self).__name__, "loss",
+                              min(-du, -dg) / _LN10, self.orders, msg)
         trend = (f"the loss still fell {-100 * math.expm1(du):.3g}%" if du < 0 else
                  f"the loss changed {100 * math.expm1(du):+.2g}%")
         moved = "collapsed" if dg < 0 else "exploded"
@@ -142,6 +187,21 @@ class LossGradCoupling(PairDetector):
                + ("loss and gradients have decoupled" if falling else "the gradients are dying"))
         return make_event(kind, "warning", step, onset, type(self).__name__, "grad_norm",
                           abs(dg) / _LN10, self.orders, msg)
+
+    def _onset(self, fell: bool) -> int:
+        """The first step of the held span at which the grad level left its start (for a fall:
+        its highest level so far) by a quarter of a decade."""
+        q = 0.25 * _LN10
+        ref = self._gs[0]
+        for gv, sv in zip(self._gs, self._ss):
+            if fell:
+                if gv > ref:
+                    ref = gv
+                elif ref - gv >= q:
+                    return sv
+            elif gv - ref >= q:
+                return sv
+        return self._ss[-1]
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if len(self._gs) <= self.lag:
@@ -156,16 +216,20 @@ class LossGradCoupling(PairDetector):
         gg = ewma(g[:lim], self._a, self._b, self._g)
         gext = np.concatenate((np.asarray(self._gs), gg))
         dg = gg - gext[1:lim + 1]  # the ring holds lag+1 levels: index c+1 is lag values back
+        o = self.lag + 1 - self._span  # and index c+o is span values back
+        ds = gg - gext[o:o + lim]
         big = np.abs(dg) >= self._gap
+        drop = ds <= -self._gap
         k = lim
         if not self._armed:  # disarmed: the next thing to happen is the re-arm
-            k = first_true(~big)
-        elif big.any():
+            k = first_true(~(big | drop))
+        elif big.any() or drop.any():
             uext = np.concatenate((np.asarray(self._us), uu))
             du = uu - uext[1:lim + 1]
             falling = du <= self._ltol
-            coupled = falling & (-dg - np.maximum(0.0, -du) < self._gap)
-            k = first_true(big & np.where(dg > 0, falling, ~coupled))
+            coupled = -dg - np.maximum(0.0, -du) < self._gap
+            together = drop & (uu - uext[o:o + lim] <= -self._gap) & (du <= -self._gap)
+            k = first_true((big & np.where(dg > 0, falling, ~falling | ~coupled)) | together)
         if k:
             self._u, self._g = float(uu[k - 1]), float(gg[k - 1])
             m = self.lag + 1

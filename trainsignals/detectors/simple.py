@@ -169,12 +169,16 @@ class LRAnomaly(Detector):
 class UpdateRatioBand(PairDetector):
     """Flags an update ratio ``|Δw|/|w|`` that leaves its healthy band for a sustained stretch.
 
-    The ratio is already relative to the weights' own size; healthy runs sit near
-    1e-4..1e-3. On ``u = log10(ratio)`` the detector keeps a fast level (EWMA, weight
-    ``alpha``) and a slow reference (EWMA, weight ``ref_alpha``) and fires
+    The ratio is already relative to the weights' own size; the usual healthy band is
+    1e-4..1e-3, but a small network trained with plain SGD at a high learning rate lives
+    well at 1e-2, so the upper edge is the run's own. On ``u = log10(ratio)`` the detector
+    keeps a fast level (EWMA, weight ``alpha``) and a slow reference (EWMA, weight
+    ``ref_alpha``: the run's settled level) and fires
 
-    * ``update_ratio_high`` when the level is above ``high`` (3e-2: far beyond the band;
-      > 0.1 is violent);
+    * ``update_ratio_high`` when the level is above ``high`` (0.1: violent updates, whatever
+      the run), or, once the reference has settled (after ``settle`` values), when the level
+      is above ``band_top`` (the top of the usual band) and at least ``jump`` decades above
+      the reference: the updates became an order of magnitude larger than the run's own;
     * ``update_ratio_low`` when the level is below ``low`` (1e-6: stuck), or below
       ``soft_low`` (1e-5) after dropping ``drop`` decades below its own reference — unless the
       learning rate explains it: small updates while the learning rate's level (EWMA of
@@ -189,47 +193,62 @@ class UpdateRatioBand(PairDetector):
     Args:
         low: hard lower edge, > 0.
         soft_low: lower edge that needs a drop from the run's own level, >= low.
-        high: upper edge, > soft_low.
+        high: hard upper edge (violent updates), > band_top.
+        band_top: level above which a jump from the run's own level counts, > soft_low.
+        jump: decades above the reference that make ``band_top`` count, > 0.
         drop: decades below the reference that make ``soft_low`` count, > 0.
         lr_explains: fraction of the peak learning rate under which low updates are expected.
         alpha: weight of the level, in (0, 1].
         ref_alpha: weight of the reference, in (0, alpha).
         warmup: values before any event, >= 1.
+        settle: values before the jump rule applies (the reference's start-up: a run's
+            update ratio often climbs a decade or more in its first hundred steps), >= warmup.
         signal: the signal name used in events.
 
     Example:
         >>> import numpy as np
         >>> ratio = np.r_[np.full(100, 3e-4), np.full(100, 0.3)]
         >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(ratio, np.full(200, np.nan))]
-        [('update_ratio_high', 103)]
+        [('update_ratio_high', 105)]
+        >>> ratio = np.r_[np.full(300, 3e-3), np.full(100, 0.05)]  # 10x above its own level
+        >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(ratio, np.full(400, np.nan))]
+        [('update_ratio_high', 305)]
     """
 
     signals = ("update_ratio", "lr")
     _state_keys = ("n", "level", "ref", "lr_peak", "lr_level", "side", "onset", "last_step")
 
-    def __init__(self, low: float = 1e-6, soft_low: float = 1e-5, high: float = 3e-2, drop: float = 1.5,
-                 lr_explains: float = 0.05, alpha: float = 0.3, ref_alpha: float = 0.01, warmup: int = 10,
+    def __init__(self, low: float = 1e-6, soft_low: float = 1e-5, high: float = 0.1, band_top: float = 1e-3,
+                 jump: float = 1.0, drop: float = 1.5, lr_explains: float = 0.05, alpha: float = 0.3,
+                 ref_alpha: float = 0.01, warmup: int = 10, settle: int = 200,
                  signal: str = "update_ratio") -> None:
         check_range("low", low, 0, None, lo_open=True)
         check_range("soft_low", soft_low, low, None)
-        check_range("high", high, soft_low, None, lo_open=True)
+        check_range("band_top", band_top, soft_low, None, lo_open=True)
+        check_range("high", high, band_top, None, lo_open=True)
+        check_range("jump", jump, 0, None, lo_open=True)
         check_range("drop", drop, 0, None, lo_open=True)
         check_range("lr_explains", lr_explains, 0, 1)
         check_range("alpha", alpha, 0, 1, lo_open=True)
         check_range("ref_alpha", ref_alpha, 0, alpha, lo_open=True, hi_open=True)
         check_range("warmup", warmup, 1, None, integer=True)
+        check_range("settle", settle, warmup, None, integer=True)
         self.low = low
         self.soft_low = soft_low
         self.high = high
+        self.band_top = band_top
+        self.jump = jump
         self.drop = drop
         self.lr_explains = lr_explains
         self.alpha = alpha
         self.ref_alpha = ref_alpha
         self.warmup = warmup
+        self.settle = settle
         self.signal = signal
         self._a, self._b = float(alpha), 1.0 - float(alpha)
         self._ra, self._rb = float(ref_alpha), 1.0 - float(ref_alpha)
         self._llo, self._lsoft, self._lhi = math.log10(low), math.log10(soft_low), math.log10(high)
+        self._ltop = math.log10(band_top)
         self._reset()
 
     def _reset(self) -> None:
@@ -243,7 +262,8 @@ class UpdateRatioBand(PairDetector):
         self._last_step = -1
 
     def _side_of(self, lv: float, ref: float, lr: float) -> int:
-        if lv > self._lhi:
+        # violent, or (the jump rule) above the usual band and `jump` decades above the settled reference
+        if lv > self._lhi or (lv > self._ltop and lv - ref >= self.jump and self._n > self.settle):
             return 1
         if lv < self._llo or (lv < self._lsoft and ref - lv >= self.drop):
             if lr == 0.0 or (self._lr_level is not None and self._lr_peak > 0.0
@@ -282,9 +302,14 @@ class UpdateRatioBand(PairDetector):
         if side == 0:
             return None
         kind = Kind.UPDATE_RATIO_HIGH if side > 0 else Kind.UPDATE_RATIO_LOW
-        edge = self.high if side > 0 else (self.low if lv < self._llo else self.soft_low)
-        msg = (f"update ratio has stayed near {10 ** lv:.3g}, {'above' if side > 0 else 'below'} "
-               f"the healthy band edge {edge:.3g} since step {self._onset}")
+        if side > 0 and lv <= self._lhi:  # the jump rule
+            edge = 10 ** (self._ref + self.jump)
+            msg = (f"update ratio has stayed near {10 ** lv:.3g}, over {self.jump:g} decade(s) above the run's own "
+                   f"level {10 ** self._ref:.3g}, since step {self._onset}")
+        else:
+            edge = self.high if side > 0 else (self.low if lv < self._llo else self.soft_low)
+            msg = (f"update ratio has stayed near {10 ** lv:.3g}, {'above' if side > 0 else 'below'} "
+                   f"the healthy band edge {edge:.3g} since step {self._onset}")
         return make_event(kind, "warning", step, self._onset, type(self).__name__, self.signal, 10 ** lv, edge, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
@@ -308,7 +333,9 @@ class UpdateRatioBand(PairDetector):
         lv = ewma(y, self._a, self._b, self._level)
         ref = ewma(y, self._ra, self._rb, self._ref)
         # anything that may leave the band goes to the scalar path (it knows the lr rule)
-        k = first_true((lv > self._lhi) | (lv < self._llo) | ((lv < self._lsoft) & (ref - lv >= self.drop)))
+        n_at = self._n + np.arange(1, lim + 1)
+        jumped = (n_at > self.settle) & (lv > self._ltop) & (lv - ref >= self.jump)
+        k = first_true((lv > self._lhi) | jumped | (lv < self._llo) | ((lv < self._lsoft) & (ref - lv >= self.drop)))
         if k:
             if self._lr_level is not None:
                 self._lr_peak = max(self._lr_peak, float(lr[:k].max()))

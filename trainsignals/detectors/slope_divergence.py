@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -11,6 +14,9 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector
 from ._ops import ewma, first_true, shifted
+
+#: E|y[t] - 2y[t-1] + y[t-2]| of white noise, in units of its standard deviation: sqrt(6)*sqrt(2/pi)
+_NOISE_PER_SD = math.sqrt(12.0 / math.pi)
 
 
 def window_trend(win: Sequence[float]) -> tuple[float, float]:
@@ -35,14 +41,16 @@ def window_trend(win: Sequence[float]) -> tuple[float, float]:
 
 
 class SlopeDivergence(Detector):
-    """Flags a sustained upward trend of ``log(loss)``: divergence, before the first NaN.
+    """Flags a loss that climbs, or that lost its progress: divergence, before the first NaN.
 
-    Two rules, both on ``y = log(x)`` so they are scale-free:
+    Three rules, all on ``y = log(x)`` so they are scale-free:
 
-    * **early climb** — the last ``early_steps`` step-to-step changes are all rises, their
-      total is at least ``max(log(early_ratio), noise_mult * noise)``, and no single rise makes
-      more than ``max_share`` of it (a lone spike is not a climb). ``noise`` is the EWMA
-      (weight ``noise_alpha``) of the second difference ``|y[t] - 2y[t-1] + y[t-2]|``: the
+    * **early climb** — the last ``early_steps`` step-to-step changes are all rises and their
+      total is at least ``max(log(early_ratio), noise_mult * noise)``, and either no single
+      rise makes more than ``max_share`` of it, or the other rises alone already make such a
+      climb (a lone spike at the end of small noise rises is not a climb; a climb that
+      accelerates, each rise larger than the last as a run blows up, is). ``noise`` is the
+      EWMA (weight ``noise_alpha``) of the second difference ``|y[t] - 2y[t-1] + y[t-2]|``: the
       run's irregularity, which a steady geometric climb does not inflate. Catches geometric
       growth from the first steps, within ``early_steps + 1`` values.
     * **window trend** — over the last ``window`` values (from ``window // 2`` values on, at the
@@ -51,13 +59,26 @@ class SlopeDivergence(Detector):
       ``log(min_ratio)``; candidates are only examined when the newest value sits
       ``max(log(min_ratio), noise)`` above the oldest. Catches slow divergence
       through noise; a spike that recovers inflates the residuals and does not count.
+    * **lost progress** — the loss jumped or drifted up and stays there instead of climbing on
+      (a learning-rate blow-up that kills the network leaves a noisy plateau at or above the
+      initial loss). With ``level`` the EWMA of ``y`` (weight ``2/(window+1)``) and ``best``
+      its lowest value so far, the rule fires when the median of the last ``window`` values
+      is at least ``max(log(lost_ratio), lost_z * sd)`` above ``best``, where
+      ``sd = noise / sqrt(12/pi)`` is the noise scale in standard deviations (``noise`` is the
+      mean absolute second difference, ``sqrt(12/pi)`` standard deviations for white noise);
+      candidates are only examined when ``level`` itself is that far above ``best``. The median
+      keeps a short burst from counting; the noise term keeps a very noisy run (where the
+      lowest point of the level is far below its typical value) quiet.
 
-    ``onset_step`` is where the climb began: the start of the rising run (early rule) or the
-    lowest point of the window (window rule). After an event the detector is quiet for
-    ``cooldown`` steps. Non-positive and non-finite values are skipped.
+    ``onset_step`` is where the climb began: the start of the rising run (early rule), the
+    lowest point of the window (window rule), or the step at which ``level`` last rose more than
+    ``log(lost_ratio)/2`` above ``best`` (lost progress). After an event the detector is quiet
+    for ``cooldown`` steps, and the lost-progress rule stays quiet until ``level`` has come back
+    within ``log(lost_ratio)/2`` of ``best`` (one report per climb). Non-positive and
+    non-finite values are skipped.
 
     Args:
-        window: values in the trend window, >= 5.
+        window: values in the trend window (and in the median of the lost-progress rule), >= 5.
         threshold: t-statistic of the slope that counts, > 0.
         min_ratio: smallest rise over the window, as a factor, > 1.
         early_steps: consecutive rises for the early rule, >= 2.
@@ -67,6 +88,9 @@ class SlopeDivergence(Detector):
         noise_mult: how many noise scales a rise must exceed, >= 0.
         cooldown: steps without events after an event, >= 0.
         signal: the signal name used in events.
+        lost_ratio: smallest factor by which the median loss must sit above its best level
+            for the lost-progress rule, > 1.
+        lost_z: how many noise standard deviations that rise must also exceed, >= 0.
 
     Example:
         Gradient descent on (w - 3)**2 from w = 10 at lr 1.1:
@@ -78,10 +102,22 @@ class SlopeDivergence(Detector):
         ...     losses.append((w - 3) ** 2)
         >>> [(e.step, e.onset_step) for e in det.scan(losses)]
         [(4, 0)]
+
+        A network killed at step 300 by a learning-rate blow-up: the loss bursts to 1e4, then
+        sits on a noisy plateau at 2.3, six times its level before, and climbs no further:
+
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> loss = 2.3 * np.exp(-np.arange(600) / 60) + 0.4
+        >>> loss[300:] = 2.3
+        >>> loss[300:303] = [50.0, 1e4, 300.0]
+        >>> loss *= np.exp(rng.normal(0, 0.1, 600))
+        >>> [(e.step, e.onset_step, e.message.split(":")[0]) for e in SlopeDivergence().scan(loss)]
+        [(310, 300, 'loss lost its progress')]
     """
 
     signals = ("x",)
-    _state_keys = ("buf", "sbuf", "noise", "nd", "cooldown_until", "last_step")
+    _state_keys = ("buf", "sbuf", "noise", "nd", "level", "best", "climb", "reported", "cooldown_until", "last_step")
 
     def __init__(
         self,
@@ -95,6 +131,8 @@ class SlopeDivergence(Detector):
         noise_mult: float = 6.0,
         cooldown: int = 100,
         signal: str = "loss",
+        lost_ratio: float = 2.0,
+        lost_z: float = 3.0,
     ) -> None:
         check_range("window", window, 5, None, integer=True)
         check_range("threshold", threshold, 0, None, lo_open=True)
@@ -105,6 +143,8 @@ class SlopeDivergence(Detector):
         check_range("noise_alpha", noise_alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("noise_mult", noise_mult, 0, None)
         check_range("cooldown", cooldown, 0, None, integer=True)
+        check_range("lost_ratio", lost_ratio, 1, None, lo_open=True)
+        check_range("lost_z", lost_z, 0, None)
         if early_steps >= window:
             raise ValueError(f"early_steps must be < window ({window}), got {early_steps}")
         self.window = window
@@ -117,6 +157,14 @@ class SlopeDivergence(Detector):
         self.noise_mult = noise_mult
         self.cooldown = cooldown
         self.signal = signal
+        self.lost_ratio = lost_ratio
+        self.lost_z = lost_z
+        self._lost = math.log(lost_ratio)
+        self._calm = 0.5 * self._lost
+        self._lz = lost_z / _NOISE_PER_SD
+        self._half = window // 2
+        self._la = 2.0 / (window + 1.0)
+        self._lb = 1.0 - self._la
         self._a = float(noise_alpha)
         self._b = 1.0 - self._a
         self._min_rise = math.log(min_ratio)
@@ -124,20 +172,30 @@ class SlopeDivergence(Detector):
         self._reset()
 
     def _reset(self) -> None:
-        self._buf: list[float] = []
-        self._sbuf: list[int] = []
+        self._buf: deque[float] = deque(maxlen=self.window)
+        self._sbuf: deque[int] = deque(maxlen=self.window)
         self._noise = 0.0
         self._nd = 0
+        self._level = 0.0
+        self._best = 0.0
+        self._climb = -1
+        self._reported = False
         self._cooldown_until = -(2**62)
         self._last_step = -1
 
     # the decision, shared by both paths -----------------------------------------------
-    def _early_ok(self, win: Sequence[float]) -> bool:
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        self._buf = deque(self._buf, maxlen=self.window)
+        self._sbuf = deque(self._sbuf, maxlen=self.window)
+
+    def _early_ok(self, win: Sequence[float], gate: float) -> bool:
         m = self.early_steps
-        tail = win[-m - 1:]
+        tail = list(win)[-m - 1:]
         total = tail[-1] - tail[0]
         biggest = max(tail[k + 1] - tail[k] for k in range(m))
-        return biggest <= self.max_share * total
+        rest = total - biggest
+        return biggest <= self.max_share * total or (rest >= self._early_rise and rest >= gate)
 
     def _trend_ok(self, win: Sequence[float]) -> tuple[bool, float, float]:
         slope, t = window_trend(win)
@@ -150,37 +208,70 @@ class SlopeDivergence(Detector):
         y = math.log(x)
         buf = self._buf
         noise_prev = self._noise
-        if len(buf) >= 2:
-            ad = abs((y - buf[-1]) - (buf[-1] - buf[-2]))
-            self._noise = ad if self._nd == 0 else self._a * ad + self._b * noise_prev
+        nb = len(buf)
+        if nb:
+            level = self._la * y + self._lb * self._level
+        else:
+            level = self._best = y
+        self._level = level
+        best = self._best
+        climbing = level > best + self._calm
+        if climbing:
+            if self._climb < 0:
+                self._climb = step
+        else:
+            if level < best:
+                best = self._best = level
+            if self._climb >= 0:
+                self._climb = -1
+                self._reported = False
+        if nb >= 2:
+            b1 = buf[-1]
+            ad = abs((y - b1) - (b1 - buf[-2]))
+            self._noise = self._a * ad + self._b * noise_prev if self._nd else ad
             self._nd += 1
-        buf.append(y)
+        buf.append(y)  # bounded deques: the oldest value drops out
         self._sbuf.append(step)
-        if len(buf) > self.window:
-            del buf[0]
-            del self._sbuf[0]
         if step <= self._cooldown_until:
             return None
         m = self.early_steps
         nb = len(buf)
-        gate = self.noise_mult * noise_prev
         if nb > m:
             total = y - buf[-m - 1]
-            if (total >= self._early_rise and total >= gate
-                    and all(buf[-k] > buf[-k - 1] for k in range(1, m + 1))
-                    and self._early_ok(buf)):
-                return self._event(step, self._sbuf[-m - 1], total, m, None)
-        if nb >= self.window // 2 and y - buf[0] >= self._min_rise and y - buf[0] >= noise_prev:
+            if total >= self._early_rise and total >= self.noise_mult * noise_prev:
+                gate = self.noise_mult * noise_prev
+                if all(buf[-k] > buf[-k - 1] for k in range(1, m + 1)) and self._early_ok(buf, gate):
+                    return self._event(step, self._sbuf[-m - 1], total, m, None)
+        rise = y - buf[0]
+        if rise >= self._min_rise and rise >= noise_prev and nb >= self._half:
             ok, slope, t = self._trend_ok(buf)
             if ok:
                 lo = min(range(nb), key=buf.__getitem__)
                 return self._event(step, self._sbuf[lo], y - buf[lo], nb - 1 - lo, (slope, t))
+        if climbing and level - best >= self._lost and nb == self.window and not self._reported:
+            need = self._lz * noise_prev
+            if need < self._lost:
+                need = self._lost
+            if level - best >= need and self._lost_ok(buf, best, need):
+                onset = self._climb if self._climb >= 0 else step
+                return self._event(step, onset, statistics.median(buf) - best, step - onset, "lost")
         return None
 
-    def _event(self, step: int, onset: int, rise: float, span: int, trend: tuple[float, float] | None) -> Event:
+    def _lost_ok(self, win: Sequence[float], best: float, need: float) -> bool:
+        return statistics.median(win) - best >= need
+
+    def _event(self, step: int, onset: int, rise: float, span: int,
+               trend: tuple[float, float] | str | None) -> Event:
         self._cooldown_until = step + self.cooldown
+        self._reported = True  # the lost-progress rule reports a climb once
+        if self._climb < 0:
+            self._climb = step
         factor = math.exp(rise)
-        if trend is None:
+        if isinstance(trend, str):  # "lost"
+            msg = (f"{self.signal} lost its progress: the median of its last {self.window} values is {factor:.3g}x "
+                   f"its best level, climbing since step {onset}")
+            value, thr = rise, self._lost
+        elif trend is None:
             msg = (f"{self.signal} rose {span} times in a row, {factor:.3g}x since step {onset}: "
                    f"geometric growth")
             value, thr = rise, max(self._early_rise, 0.0)
@@ -221,18 +312,36 @@ class SlopeDivergence(Detector):
         cand_e = live & rising & (total >= self._early_rise) & (total >= gate)
         span = ext[p] - ext[p - w + 1]
         cand_w = live & (span >= self._min_rise) & (span >= noise_prev)
+        level = ewma(y, self._la, self._lb, self._level)
+        best = np.minimum.accumulate(np.minimum(level, self._best))
+        need = np.maximum(self._lz * noise_prev, self._lost)
+        calm_mask = level <= best + self._calm
+        cand_l = live & ~calm_mask & (level - best >= need)
+        if self._reported:
+            cand_l &= np.cumsum(calm_mask) > 0
         k = lim
-        for c in np.flatnonzero(cand_e | cand_w):
+        for c in np.flatnonzero(cand_e | cand_w | cand_l):
             win = ext[c + 1:c + w + 1].tolist()
-            if (cand_e[c] and self._early_ok(win)) or (cand_w[c] and self._trend_ok(win)[0]):
+            if ((cand_e[c] and self._early_ok(win, float(gate[c]))) or (cand_w[c] and self._trend_ok(win)[0])
+                    or (cand_l[c] and self._lost_ok(win, float(best[c]), float(need[c])))):
                 k = int(c)
                 break
         if k:
-            tail = ext[k:k + w]
-            self._buf = tail.tolist()
+            self._buf = deque(ext[k:k + w].tolist(), maxlen=w)
             prev = np.asarray(self._sbuf, dtype=np.int64)
-            self._sbuf = np.concatenate((prev, st[:k]))[k:k + w].tolist()
+            self._sbuf = deque(np.concatenate((prev, st[:k]))[k:k + w].tolist(), maxlen=w)
             self._noise = float(noise[k - 1])
             self._nd += k
             self._last_step = int(st[k - 1])
+            self._level = float(level[k - 1])
+            self._best = float(best[k - 1])
+            calm = np.flatnonzero(calm_mask[:k])
+            if len(calm):
+                self._reported = False
+            if len(calm) and calm[-1] == k - 1:
+                self._climb = -1
+            elif len(calm):
+                self._climb = int(st[calm[-1] + 1])
+            elif self._climb < 0:
+                self._climb = int(st[0])
         return k

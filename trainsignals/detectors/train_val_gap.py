@@ -27,6 +27,14 @@ class TrainValGap(Detector):
       ``log(val_loss)`` over the validations since the best (the latest ``max_window`` of
       them) has t-statistic ``>= threshold`` — a noisy flat validation curve does not — and
       the latest is at least ``min_rise`` (relative) above the best;
+    * the climb breaks out of the validation loss's own wobble: each of the last ``patience``
+      validations lies further above the best than the largest rise
+      ``log(val[j]) - min(log(val[i]), i < j)`` the validation loss made over the
+      ``wobble_window`` validations before the best. A validation curve measured on a few
+      hundred samples meanders by a few percent on its plateau, slowly (a t-statistic over
+      four values does not see it as noise), and its best is often one low draw; a rise no
+      larger than the meanders it already made is one more meander, while overfitting leaves,
+      and stays out of, the range the curve held while it generalised;
     * the smoothed train loss fell at least ``min_train_fall`` (relative) since the best
       validation (train still falling; both rising is a divergence, not overfitting).
 
@@ -41,6 +49,8 @@ class TrainValGap(Detector):
         max_window: most validations in the trend, >= patience + 1.
         min_train_fall: relative fall of the train loss since the best validation, in [0, 1).
         alpha: EWMA weight of the train loss, in (0, 1].
+        wobble_window: validations before the best whose largest rise the climb must beat,
+            >= 1.
 
     Example:
         >>> det = TrainValGap()
@@ -48,14 +58,23 @@ class TrainValGap(Detector):
         >>> evs = [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 601, 10)]
         >>> [(e.step, e.onset_step) for e in evs if e]
         [(600, 300)]
+
+        A climb no larger than a rise the curve already made and took back (0.70 -> 0.74)
+        is one more meander:
+
+        >>> det = TrainValGap()
+        >>> val = {100: 1.0, 200: 0.8, 300: 0.7, 400: 0.74, 500: 0.69, 600: 0.66, 700: 0.68, 800: 0.69, 900: 0.7}
+        >>> [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 901, 10)].count(None)
+        91
     """
 
     signals = ("loss", "val_loss")
-    _state_keys = ("n", "train", "best", "best_step", "best_train", "bad", "fired", "since", "last_step")
+    _state_keys = ("n", "train", "best", "best_step", "best_train", "bad", "fired", "since", "hist", "wobble",
+                   "last_step")
 
     def __init__(self, patience: int = 3, min_delta: float = 1e-3, min_rise: float = 0.02,
                  threshold: float = 3.0, max_window: int = 8, min_train_fall: float = 0.01,
-                 alpha: float = 0.05) -> None:
+                 alpha: float = 0.05, wobble_window: int = 32) -> None:
         check_range("patience", patience, 2, None, integer=True)
         check_range("min_delta", min_delta, 0, None)
         check_range("min_rise", min_rise, 0, None)
@@ -63,6 +82,7 @@ class TrainValGap(Detector):
         check_range("max_window", max_window, patience + 1, None, integer=True)
         check_range("min_train_fall", min_train_fall, 0, 1, hi_open=True)
         check_range("alpha", alpha, 0, 1, lo_open=True)
+        check_range("wobble_window", wobble_window, 1, None, integer=True)
         self.patience = patience
         self.min_delta = min_delta
         self.min_rise = min_rise
@@ -70,6 +90,7 @@ class TrainValGap(Detector):
         self.max_window = max_window
         self.min_train_fall = min_train_fall
         self.alpha = alpha
+        self.wobble_window = wobble_window
         self._a, self._b = float(alpha), 1.0 - float(alpha)
         self._ld = math.log1p(min_delta)
         self._lr = math.log1p(min_rise)
@@ -85,6 +106,8 @@ class TrainValGap(Detector):
         self._bad = 0
         self._fired = False
         self._since: list[float] = []
+        self._hist: list[float] = []  # the latest wobble_window log validation losses
+        self._wobble = 0.0  # the largest rise among them, taken at the best
         self._last_step = -1
 
     @property
@@ -116,6 +139,8 @@ class TrainValGap(Detector):
         v = math.log(val)
         self._n += 1
         if self._best is None or v < self._best - self._ld:
+            self._wobble = _largest_rise(self._hist)
+            self._push(v)
             self._best = v
             self._best_step = step
             self._best_train = self._train
@@ -123,11 +148,15 @@ class TrainValGap(Detector):
             self._fired = False
             self._since = [v]
             return None
+        self._push(v)
         self._bad += 1
         self._since.append(v)
         if len(self._since) > self.max_window:
             del self._since[0]
         if self._fired or self._bad < self.patience or v - self._best < self._lr:
+            return None
+        held = min(self._since[-self.patience:]) - self._best  # the rise the last `patience` all hold
+        if held <= self._wobble:
             return None
         if self._train is None or self._best_train is None or self._train > self._best_train - self._tf:
             return None
@@ -137,10 +166,16 @@ class TrainValGap(Detector):
         rise = math.expm1(v - self._best) * 100
         fall = -math.expm1(self._train - self._best_train) * 100
         msg = (f"val_loss {val:.4g} is {rise:.2g}% above its best {math.exp(self._best):.4g} "
-               f"(step {self._best_step}) after {self._bad} evaluations while the train loss fell {fall:.2g}%: "
+               f"(step {self._best_step}) after {self._bad} evaluations, beyond its earlier wobble "
+               f"({math.expm1(self._wobble) * 100:.2g}%), while the train loss fell {fall:.2g}%: "
                f"restore the step-{self._best_step} checkpoint")
         return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",
                           v - self._best, self._lr, msg)
+
+    def _push(self, v: float) -> None:
+        self._hist.append(v)
+        if len(self._hist) > self.wobble_window:
+            del self._hist[0]
 
     def _step(self, loss: float, val: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
@@ -212,6 +247,18 @@ class TrainValGap(Detector):
             self._train = None if t != t else t
             self._last_step = max(self._last_step, int(st[-1]))
         return events
+
+
+def _largest_rise(v: list[float]) -> float:
+    """``max(v[j] - min(v[:j]))`` over ``j`` (0 for a series that never rises)."""
+    best = 0.0
+    lo = math.inf
+    for x in v:
+        if x - lo > best:
+            best = x - lo
+        if x < lo:
+            lo = x
+    return best
 
 
 def sparse_pair(name: str, value: Any) -> tuple[np.ndarray, np.ndarray]:
