@@ -352,3 +352,37 @@ def test_scan_takes_a_table_of_columns():
     assert close_events(ref, ts.scan(table))
     with pytest.raises(TypeError, match="data"):
         ts.scan(3)
+
+
+def _frozen_run(seed: int, cut: float, onset: int = 400, n: int = 900) -> dict[str, np.ndarray]:
+    """A run whose learning rate is multiplied by ``cut`` at ``onset``: the loss stops where it
+    is, the grad norm stays in its minibatch band, and the update ratio falls with the lr."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    progress = np.where(t < onset, t, onset)
+    if cut == 1.0:
+        progress = t
+    loss = 2.0 * np.exp(-progress / 300) * np.exp(rng.normal(0, 0.03, n))
+    grad = 0.8 * np.exp(rng.normal(0, 0.1, n))
+    lr = np.where(t < onset, 1e-2, 1e-2 * cut)
+    ratio = 3e-4 * (lr / 1e-2) * np.exp(rng.normal(0, 0.1, n))
+    return {"loss": loss, "grad_norm": grad, "lr": lr, "update_ratio": ratio}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stall_is_told_from_convergence_by_the_update_ratio(seed):
+    onset = 400  # patience: 10 % of the planned 900 steps
+    sigs = _frozen_run(seed, 1e-4, onset)
+    stalls = [e for e in ts.Monitor(total_steps=900).scan(**sigs) if e.kind is ts.Kind.STALL]
+    assert stalls and onset < stalls[0].step <= onset + 300
+    assert "update ratio" in stalls[0].message
+    # the same loss and grad norm without the update ratio: a converged run looks the same
+    no_ratio = {k: v for k, v in sigs.items() if k != "update_ratio"}
+    assert not [e for e in ts.Monitor(total_steps=900).scan(**no_ratio) if e.kind is ts.Kind.STALL]
+    # a run that keeps learning at its rate stays quiet
+    healthy = _frozen_run(seed, 1.0, onset)
+    assert [e for e in ts.Monitor(total_steps=900).scan(**healthy) if e.severity != "info"] == []
+    # streaming gives the same stall
+    mon = ts.Monitor(total_steps=900)
+    streamed = [e for i in range(len(sigs["loss"])) for e in mon.update(**{k: float(v[i]) for k, v in sigs.items()})]
+    assert [e for e in streamed if e.kind is ts.Kind.STALL][0].step == stalls[0].step

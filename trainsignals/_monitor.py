@@ -18,6 +18,7 @@ from .detectors import (
     ActivationHealth,
     CUSUMPlateau,
     EWMASpike,
+    GuardedEWMASpike,
     LayerGradCliff,
     LossGradCoupling,
     LRAnomaly,
@@ -54,9 +55,9 @@ _SUITE: tuple[tuple[str, type, tuple[str, ...]], ...] = (
     ("nonfinite_val_loss", NonFinite, ("val_loss",)),
     ("loss_spike", EWMASpike, ("loss",)),
     ("divergence", SlopeDivergence, ("loss",)),
-    ("stall", CUSUMPlateau, ("loss", "grad_norm")),
+    ("stall", CUSUMPlateau, ("loss", "grad_norm", "update_ratio")),
     ("oscillation", Oscillation, ("loss", "grad_norm")),
-    ("grad_explosion", EWMASpike, ("grad_norm",)),
+    ("grad_explosion", GuardedEWMASpike, ("grad_norm", "loss")),
     ("coupling", LossGradCoupling, ("loss", "grad_norm")),
     ("lr_anomaly", LRAnomaly, ("lr",)),
     ("update_ratio", UpdateRatioBand, ("update_ratio", "lr")),
@@ -77,8 +78,8 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 _SCALARS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
 _NONNEG = ("grad_norm", "lr", "update_ratio")
 _NAN = float("nan")
-# detectors whose second input is optional (nan when absent)
-_OPTIONAL_SECOND = ("stall", "oscillation", "update_ratio")
+# detectors whose inputs after the first are optional (nan when absent)
+_OPTIONAL_SECOND = ("stall", "oscillation", "update_ratio", "grad_explosion")
 
 
 class Monitor:
@@ -347,10 +348,12 @@ class Monitor:
                 else:
                     continue
             elif name in _OPTIONAL_SECOND:
-                first, second = sigs
-                if first not in vals:
+                if sigs[0] not in vals:
                     continue
-                ev = det._step(vals[first], vals.get(second, _NAN), s)
+                if len(sigs) == 2:
+                    ev = det._step(vals[sigs[0]], vals.get(sigs[1], _NAN), s)
+                else:
+                    ev = det._step(vals[sigs[0]], vals.get(sigs[1], _NAN), vals.get(sigs[2], _NAN), s)
             elif name == "overfitting":
                 if "loss" not in vals and "val_loss" not in vals:
                     continue
@@ -456,9 +459,8 @@ class Monitor:
                 if acts is not None:
                     evs = det.scan(acts[1], steps=acts[0])
             elif name in _OPTIONAL_SECOND:
-                first, second = sigs
-                if first in dense:
-                    evs = det.scan(dense[first], dense.get(second, np.full(n, np.nan)), steps=steps)
+                if sigs[0] in dense:
+                    evs = det.scan(*(dense.get(sg, np.full(n, np.nan)) for sg in sigs), steps=steps)
             elif all(s in dense for s in sigs):
                 evs = det.scan(*(dense[s] for s in sigs), steps=steps)
             per_det.append(evs)
@@ -633,10 +635,10 @@ def scan(data: Any = None, /, *, total_steps: int | None = None, **signals: Any)
     Example:
         >>> import numpy as np
         >>> loss = np.r_[np.linspace(2.0, 1.0, 100), 1.0 * 1.2 ** np.arange(1, 30)]
-        >>> [(e.kind.value, e.step, e.onset_step) for e in scan(loss=loss)]
-        [('divergence', 103, 99)]
-        >>> [(e.kind.value, e.step) for e in scan({"step": np.arange(129), "loss": loss})]
-        [('divergence', 103)]
+        >>> [(e.kind.value, e.severity, e.step, e.onset_step) for e in scan(loss=loss)][:2]
+        [('loss_spike', 'warning', 103, 103), ('divergence', 'critical', 103, 99)]
+        >>> [(e.kind.value, e.step) for e in scan({"step": np.arange(129), "loss": loss})][:2]
+        [('loss_spike', 103), ('divergence', 103)]
     """
     if data is not None:
         for name, col in _columns(data).items():

@@ -3,7 +3,7 @@
 from ._base import Detector, DetectorProtocol
 from .activation_health import ActivationHealth
 from .cusum_plateau import CUSUMPlateau
-from .ewma_spike import EWMASpike
+from .ewma_spike import EWMASpike, GuardedEWMASpike
 from .layer_cliff import LayerGradCliff
 from .loss_grad_coupling import LossGradCoupling
 from .oscillation import Oscillation
@@ -17,6 +17,7 @@ __all__ = [
     "Detector",
     "DetectorProtocol",
     "EWMASpike",
+    "GuardedEWMASpike",
     "LRAnomaly",
     "LayerGradCliff",
     "LossGradCoupling",

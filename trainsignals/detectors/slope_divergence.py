@@ -63,18 +63,26 @@ class SlopeDivergence(Detector):
       (a learning-rate blow-up that kills the network leaves a noisy plateau at or above the
       initial loss). With ``level`` the EWMA of ``y`` (weight ``2/(window+1)``) and ``best``
       its lowest value so far, the rule fires when the median of the last ``window`` values
-      is at least ``max(log(lost_ratio), lost_z * sd)`` above ``best``, where
-      ``sd = noise / sqrt(12/pi)`` is the noise scale in standard deviations (``noise`` is the
-      mean absolute second difference, ``sqrt(12/pi)`` standard deviations for white noise);
-      candidates are only examined when ``level`` itself is that far above ``best``. The median
-      keeps a short burst from counting; the noise term keeps a very noisy run (where the
-      lowest point of the level is far below its typical value) quiet.
+      is at least ``max(lost, lost_z * sd)`` above ``best``, where ``lost`` is the smaller of
+      ``log(lost_ratio)`` and the share ``lost_frac`` of the progress the run had made (``start
+      - low``, with ``start`` the level once the first ``window`` values are in and ``low``
+      the lowest level since), but at
+      least ``log(lost_min)``: a run that fell from 2.3 to 1.9 and is back at 2.3 lost all its
+      progress though its loss rose by only 1.2x. A run whose progress is less than
+      ``log(lost_min)`` is judged by ``lost_ratio`` alone. And
+      ``sd`` is the window's own noise scale: the mean absolute second difference of its
+      values over ``sqrt(12/pi)`` (its value for white noise, in standard deviations; a mean,
+      not a median, because the level is a mean too: dips of a small loss in log space pull
+      both down). Candidates are only examined when ``level`` itself is ``lost`` above
+      ``best``. The median keeps a short burst from counting, and the window keeps it from
+      inflating the noise scale once it has left; the noise term keeps a very noisy run (where
+      the lowest point of the level is far below its typical value) quiet.
 
     ``onset_step`` is where the climb began: the start of the rising run (early rule), the
     lowest point of the window (window rule), or the step at which ``level`` last rose more than
-    ``log(lost_ratio)/2`` above ``best`` (lost progress). After an event the detector is quiet
+    ``lost/2`` above ``best`` (lost progress). After an event the detector is quiet
     for ``cooldown`` steps, and the lost-progress rule stays quiet until ``level`` has come back
-    within ``log(lost_ratio)/2`` of ``best`` (one report per climb). Non-positive and
+    within ``lost/2`` of ``best`` (one report per climb). Non-positive and
     non-finite values are skipped.
 
     Args:
@@ -91,6 +99,10 @@ class SlopeDivergence(Detector):
         lost_ratio: smallest factor by which the median loss must sit above its best level
             for the lost-progress rule, > 1.
         lost_z: how many noise standard deviations that rise must also exceed, >= 0.
+        lost_frac: share of the run's progress whose loss also counts as lost progress, in
+            (0, 1]; 1 leaves only ``lost_ratio``.
+        lost_min: smallest progress, and smallest rise, as factors, for the ``lost_frac``
+            judgement, in (1, lost_ratio].
 
     Example:
         Gradient descent on (w - 3)**2 from w = 10 at lr 1.1:
@@ -113,11 +125,12 @@ class SlopeDivergence(Detector):
         >>> loss[300:303] = [50.0, 1e4, 300.0]
         >>> loss *= np.exp(rng.normal(0, 0.1, 600))
         >>> [(e.step, e.onset_step, e.message.split(":")[0]) for e in SlopeDivergence().scan(loss)]
-        [(310, 300, 'loss lost its progress')]
+        [(318, 300, 'loss lost its progress')]
     """
 
     signals = ("x",)
-    _state_keys = ("buf", "sbuf", "noise", "nd", "level", "best", "climb", "reported", "cooldown_until", "last_step")
+    _state_keys = ("buf", "sbuf", "noise", "nd", "level", "best", "climb", "reported", "cooldown_until", "last_step",
+                   "start", "low")
 
     def __init__(
         self,
@@ -133,6 +146,8 @@ class SlopeDivergence(Detector):
         signal: str = "loss",
         lost_ratio: float = 2.0,
         lost_z: float = 3.0,
+        lost_frac: float = 0.5,
+        lost_min: float = 1.1,
     ) -> None:
         check_range("window", window, 5, None, integer=True)
         check_range("threshold", threshold, 0, None, lo_open=True)
@@ -145,6 +160,8 @@ class SlopeDivergence(Detector):
         check_range("cooldown", cooldown, 0, None, integer=True)
         check_range("lost_ratio", lost_ratio, 1, None, lo_open=True)
         check_range("lost_z", lost_z, 0, None)
+        check_range("lost_frac", lost_frac, 0, 1, lo_open=True)
+        check_range("lost_min", lost_min, 1, lost_ratio, lo_open=True)
         if early_steps >= window:
             raise ValueError(f"early_steps must be < window ({window}), got {early_steps}")
         self.window = window
@@ -159,8 +176,11 @@ class SlopeDivergence(Detector):
         self.signal = signal
         self.lost_ratio = lost_ratio
         self.lost_z = lost_z
+        self.lost_frac = lost_frac
+        self.lost_min = lost_min
+        self._lfrac = float(lost_frac)
+        self._lmin = math.log(lost_min)
         self._lost = math.log(lost_ratio)
-        self._calm = 0.5 * self._lost
         self._lz = lost_z / _NOISE_PER_SD
         self._half = window // 2
         self._la = 2.0 / (window + 1.0)
@@ -178,6 +198,8 @@ class SlopeDivergence(Detector):
         self._nd = 0
         self._level = 0.0
         self._best = 0.0
+        self._start = math.inf  # the level once the first window is in (inf: not yet)
+        self._low = math.inf  # the lowest level since then
         self._climb = -1
         self._reported = False
         self._cooldown_until = -(2**62)
@@ -215,7 +237,10 @@ class SlopeDivergence(Detector):
             level = self._best = y
         self._level = level
         best = self._best
-        climbing = level > best + self._calm
+        if level < self._low:
+            self._low = level
+        lost = self._lost_need()
+        climbing = level > best + 0.5 * lost
         if climbing:
             if self._climb < 0:
                 self._climb = step
@@ -232,6 +257,8 @@ class SlopeDivergence(Detector):
             self._nd += 1
         buf.append(y)  # bounded deques: the oldest value drops out
         self._sbuf.append(step)
+        if len(buf) == self.window and self._start == math.inf:
+            self._start = self._low = level
         if step <= self._cooldown_until:
             return None
         m = self.early_steps
@@ -248,17 +275,27 @@ class SlopeDivergence(Detector):
             if ok:
                 lo = min(range(nb), key=buf.__getitem__)
                 return self._event(step, self._sbuf[lo], y - buf[lo], nb - 1 - lo, (slope, t))
-        if climbing and level - best >= self._lost and nb == self.window and not self._reported:
-            need = self._lz * noise_prev
-            if need < self._lost:
-                need = self._lost
-            if level - best >= need and self._lost_ok(buf, best, need):
+        if climbing and level - best >= lost and nb == self.window and not self._reported:
+            if self._lost_ok(buf, best, lost):
                 onset = self._climb if self._climb >= 0 else step
                 return self._event(step, onset, statistics.median(buf) - best, step - onset, "lost")
         return None
 
-    def _lost_ok(self, win: Sequence[float], best: float, need: float) -> bool:
-        return statistics.median(win) - best >= need
+    def _lost_need(self) -> float:
+        """The rise above ``best`` that counts as lost progress (before the noise term)."""
+        prog = self._start - self._low  # not finite before the first window: lost_ratio
+        if not prog >= self._lmin:  # no progress worth the name: judged by lost_ratio
+            return self._lost
+        need = self._lfrac * prog
+        return self._lmin if need < self._lmin else (need if need < self._lost else self._lost)
+
+    def _lost_ok(self, win: Sequence[float], best: float, lost: float) -> bool:
+        rise = statistics.median(win) - best
+        if rise < lost:
+            return False
+        v = list(win)
+        sd = statistics.fmean([abs(v[k] - 2.0 * v[k - 1] + v[k - 2]) for k in range(2, len(v))])
+        return rise >= self._lz * sd
 
     def _event(self, step: int, onset: int, rise: float, span: int,
                trend: tuple[float, float] | str | None) -> Event:
@@ -270,7 +307,7 @@ class SlopeDivergence(Detector):
         if isinstance(trend, str):  # "lost"
             msg = (f"{self.signal} lost its progress: the median of its last {self.window} values is {factor:.3g}x "
                    f"its best level, climbing since step {onset}")
-            value, thr = rise, self._lost
+            value, thr = rise, self._lost_need()
         elif trend is None:
             msg = (f"{self.signal} rose {span} times in a row, {factor:.3g}x since step {onset}: "
                    f"geometric growth")
@@ -314,16 +351,18 @@ class SlopeDivergence(Detector):
         cand_w = live & (span >= self._min_rise) & (span >= noise_prev)
         level = ewma(y, self._la, self._lb, self._level)
         best = np.minimum.accumulate(np.minimum(level, self._best))
-        need = np.maximum(self._lz * noise_prev, self._lost)
-        calm_mask = level <= best + self._calm
-        cand_l = live & ~calm_mask & (level - best >= need)
+        low = np.minimum.accumulate(np.minimum(level, self._low))
+        prog = self._start - low
+        lost = np.where(prog < self._lmin, self._lost, np.clip(self._lfrac * prog, self._lmin, self._lost))
+        calm_mask = level <= best + 0.5 * lost
+        cand_l = live & ~calm_mask & (level - best >= lost)
         if self._reported:
             cand_l &= np.cumsum(calm_mask) > 0
         k = lim
         for c in np.flatnonzero(cand_e | cand_w | cand_l):
             win = ext[c + 1:c + w + 1].tolist()
             if ((cand_e[c] and self._early_ok(win, float(gate[c]))) or (cand_w[c] and self._trend_ok(win)[0])
-                    or (cand_l[c] and self._lost_ok(win, float(best[c]), float(need[c])))):
+                    or (cand_l[c] and self._lost_ok(win, float(best[c]), float(lost[c])))):
                 k = int(c)
                 break
         if k:
@@ -335,6 +374,7 @@ class SlopeDivergence(Detector):
             self._last_step = int(st[k - 1])
             self._level = float(level[k - 1])
             self._best = float(best[k - 1])
+            self._low = float(low[k - 1])
             calm = np.flatnonzero(calm_mask[:k])
             if len(calm):
                 self._reported = False
