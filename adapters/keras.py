@@ -321,8 +321,7 @@ class TrainSignalsCallback(keras.callbacks.Callback):
         for e in events:
             if self.verbose >= 2 or (self.verbose >= 1 and e.severity != "info"):
                 print(f"[trainsignals] {e}")
-        failing = [e for e in events if (e.severity == "critical" and self.monitor.should_stop)
-                   or e.kind.value in self.also_stop_on]
+        failing = [e for e in events if self.monitor.stops_on(e) or e.kind.value in self.also_stop_on]
         if not failing or self.stopped_step is not None:
             return
         if self.on_critical == "warn":

@@ -437,10 +437,8 @@ class TrainSignalsCallback(Callback):
         self.event_counts.update(e.kind.value for e in events)
         self._n_critical += sum(e.severity == "critical" for e in events)
         self._report(trainer, events)
-        stop_on = self.monitor.stop_on
         failing = [e for e in events
-                   if (criticals_count and e.severity == "critical" and (stop_on is None or e.kind.value in stop_on))
-                   or e.kind.value in self.also_stop_on]
+                   if (criticals_count and self.monitor.stops_on(e)) or e.kind.value in self.also_stop_on]
         act = bool(failing) and self.stopped_step is None
         if self.on_critical != "warn":
             act = trainer.strategy.reduce_boolean_decision(act, all=False)   # one rank stops: all stop

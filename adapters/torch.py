@@ -650,8 +650,7 @@ class TorchWatcher:
     # ------------------------------------------------------------------------------------
     def _guard(self, step: int, events: list[ts.Event]) -> list[ts.Event]:
         """Act on the step's events: roll back, stop, raise or warn; take a rollback snapshot."""
-        stop_kinds = self.monitor._stop_kinds
-        failing = [e for e in events if e.severity == "critical" and e.kind.value in stop_kinds]
+        failing = [e for e in events if self.monitor.stops_on(e)]
         if failing and self.rollback is not False and not self._stop:
             trigger = next((e for e in failing if e.kind.value in self.rollback_on), None)
             if trigger is not None and self.n_rollbacks < self.max_rollbacks:

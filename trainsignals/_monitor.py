@@ -241,6 +241,21 @@ class Monitor:
         """The last step seen (-1 before any)."""
         return self._step
 
+    def stops_on(self, event: Event) -> bool:
+        """Whether ``event`` is one that sets :attr:`should_stop`: critical, of a ``stop_on`` kind.
+
+        Adapters that act on events (stop, raise, roll back) use it to make the same decision
+        as the Monitor.
+
+        Example:
+            >>> from trainsignals import Kind
+            >>> from trainsignals._events import make_event
+            >>> ev = make_event(Kind.STALL, "critical", 10, 5, "demo", "loss", 0.0, 0.0, "stuck")
+            >>> Monitor().stops_on(ev), Monitor(stop_on=("divergence",)).stops_on(ev)
+            (True, False)
+        """
+        return event.severity == "critical" and event.kind.value in self._stop_kinds
+
     @property
     def should_stop(self) -> bool:
         """True once a critical event of a kind in ``stop_on`` fired."""
@@ -273,7 +288,7 @@ class Monitor:
             state = _STATE_OF.get(ev.kind) if ev.severity != "info" else None
             if state is not None and (ev.kind != Kind.GRAD_EXPLOSION or ev.severity == "critical"):
                 self._last_state_step[state] = max(self._last_state_step.get(state, ev.step), ev.step)
-            if ev.severity == "critical" and ev.kind.value in self._stop_kinds:
+            if self.stops_on(ev):
                 self._should_stop = True
 
     def update(
