@@ -536,7 +536,6 @@ class DistributedWatcher(TorchWatcher):
         self.last_signals: dict[str, Any] = {}
         self.last_rank_values: dict[str, list[float]] = {}
         self._cur_step = 0
-        self._host: dict[str, Any] = {}
         self._local_sq: torch.Tensor | None = None
         self._local_given: Any = None
         self._fp: torch.Tensor | None = None
@@ -698,19 +697,13 @@ class DistributedWatcher(TorchWatcher):
             self._local_given = None
             self._fp = None
 
-    def _pack(self, loss: Any, grad_norm: Any, val_loss: Any, *, skipped: bool
-              ) -> tuple[torch.Tensor | None, list[tuple[str, int]], dict[str, Any]]:
-        packed, layout, host = super()._pack(loss, grad_norm, val_loss, skipped=skipped)
-        self._host = host          # _transfer reads the host values and sets the combined act_names
-        return packed, layout, host
-
-    def _local_vector(self, packed: torch.Tensor | None, layout: list[tuple[str, int]]) -> torch.Tensor:
+    def _local_vector(self, packed: torch.Tensor | None, layout: list[tuple[str, int]],
+                      host: dict[str, Any]) -> torch.Tensor:
         """This rank's measurements in the fixed layout, float64, on the device."""
         pieces: dict[str, list[torch.Tensor]] = {}
         if packed is not None:
             for (key, _), t in zip(layout, packed.to(torch.float64).split([w for _, w in layout])):
                 pieces.setdefault(key, []).append(t)
-        host = self._host
         codes = [0.0] * len(_CODED)
         hv: dict[str, list[float]] = {}
         for i, key in enumerate(("loss", "grad_norm", "val_loss")):
@@ -777,18 +770,16 @@ class DistributedWatcher(TorchWatcher):
             raise RuntimeError(f"{what} timed out after {self.timeout} s")
         return out.view(self.world_size, -1).cpu().numpy().astype(np.float64, copy=False)
 
-    def _transfer(self, packed: torch.Tensor | None, layout: list[tuple[str, int]]) -> list[float]:
-        """Gather every rank's measurements, check the replicas and the ranks, return the combined values.
-
-        ``layout`` is rewritten in place to the combined layout (the keys some rank measured).
-        """
-        m = self._gather(self._local_vector(packed, layout))
+    def _transfer(self, packed: torch.Tensor | None, layout: list[tuple[str, int]], host: dict[str, Any]
+                  ) -> tuple[list[float], list[tuple[str, int]]]:
+        """Gather every rank's measurements, check the replicas and the ranks, return the combined
+        values in the combined layout (the keys some rank measured); ``host`` gets the combined
+        activation names."""
+        m = self._gather(self._local_vector(packed, layout, host))
         step = self._cur_step
         self._pending.extend(self._check_replicas(m, step))
         self._pending.extend(self._check_ranks(m, step))
-        values, new_layout = self._combine(m)
-        layout[:] = new_layout
-        return values
+        return self._combine(m, host)
 
     def _col(self, m: np.ndarray, key: str) -> np.ndarray:
         return m[:, self._slots[key]]
@@ -802,7 +793,7 @@ class DistributedWatcher(TorchWatcher):
     def _flag(self, m: np.ndarray, key: str) -> np.ndarray:
         return m[:, self._slots["flags"].start + _FLAGS.index(key)] > 0
 
-    def _combine(self, m: np.ndarray) -> tuple[list[float], list[tuple[str, int]]]:
+    def _combine(self, m: np.ndarray, host: dict[str, Any]) -> tuple[list[float], list[tuple[str, int]]]:
         values: list[float] = []
         layout: list[tuple[str, int]] = []
 
@@ -838,9 +829,9 @@ class DistributedWatcher(TorchWatcher):
                 put("dead", m[rows, self._slots["dead"].start + j].mean(keepdims=True))
                 put("sat", m[rows, self._slots["sat"].start + j].mean(keepdims=True))
         if names:
-            self._host["act_names"] = names
+            host["act_names"] = names
         else:
-            self._host.pop("act_names", None)
+            host.pop("act_names", None)
         return values, layout
 
     # ------------------------------------------------------------------------------------

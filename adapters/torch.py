@@ -523,7 +523,7 @@ class TorchWatcher:
         s = self._step if step is None else int(step)
         scaler_skipped = self.scaler is not None and not self._stepped
         packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped)
-        values = self._transfer(packed, layout)                 # the one host transfer
+        values, layout = self._transfer(packed, layout, host)   # the one host transfer
         got: dict[str, list[float]] = {}
         pos = 0
         for key, width in layout:
@@ -594,13 +594,17 @@ class TorchWatcher:
                 host.setdefault("act_names", []).append(name)
         return (torch.cat(parts) if parts else None), layout, host
 
-    def _transfer(self, packed: torch.Tensor | None, layout: list[tuple[str, int]]) -> list[float]:
+    def _transfer(self, packed: torch.Tensor | None, layout: list[tuple[str, int]], host: dict[str, Any]
+                  ) -> tuple[list[float], list[tuple[str, int]]]:
         """Bring the packed measurements to the host: the step's one transfer (``.tolist()``).
 
-        A subclass may combine them across processes first (one collective on ``packed``) and
-        queue its own events in ``self._pending``; ``layout`` names the slices of ``packed``.
+        ``layout`` names the slices of ``packed`` (key, width); ``host`` holds the values that
+        were already on the host. Returns the values and their layout. A subclass may combine
+        the measurements across processes first (one collective on ``packed``), return the
+        combined values in a layout of its own, update ``host`` to match and queue its own
+        events in ``self._pending``.
         """
-        return packed.tolist() if packed is not None else []
+        return (packed.tolist() if packed is not None else []), layout
 
     def _signals(self, got: dict[str, list[float]], host: dict[str, Any]) -> dict[str, Any]:
         """The Monitor's keyword arguments from the transferred values and the host ones."""
