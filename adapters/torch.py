@@ -13,7 +13,8 @@
   the parameters (**one extra copy of the parameters, on measuring steps only**, freed in the
   post-hook; kept allocated when measuring every step; none for plain SGD, whose
   ‖Δw‖ = lr‖g‖) and the post-hook differences them; global and per layer
-  (the Monitor takes the global ratio; the per-layer ratios are in :attr:`TorchWatcher.last_layer_update_ratios`);
+  (the Monitor takes both: the per-layer ratios feed its ``layer_update_ratio`` check, and are
+  also in :attr:`TorchWatcher.last_layer_update_ratios`);
 * **learning rate** — ``optimizer.param_groups[0]["lr"]`` is fed as ``lr``; when groups differ,
   all of them are in :attr:`TorchWatcher.last_lrs`;
 * **activations** (``activations_every > 0``) — forward hooks on modules of
@@ -624,6 +625,8 @@ class TorchWatcher:
         if "ratio" in got:
             kw["update_ratio"] = got["ratio"][0]
             self.last_layer_update_ratios = dict(zip(self.layer_names, got["ratio"][1:]))
+            if self.last_layer_update_ratios:
+                kw["layer_update_ratios"] = self.last_layer_update_ratios
         if self._acts and self._measure_acts():
             dead = iter(got.get("dead", []))
             sat = iter(got.get("sat", []))

@@ -197,7 +197,9 @@ def train(model_kind: str, optimizer: str, seed: int, steps: int, fault: str | N
     digits' pixels x 1e3; for the language model, a batch of uniformly random characters, since its
     inputs are token ids); ``"scale"`` one layer's weights x 100 (the CNN's first convolution, the
     transformer's output head); ``"collapse"`` every label replaced by the majority class from then on
-    (the digit class most frequent in the data, the space character).
+    (the digit class most frequent in the data, the space character); ``"freeze"`` one layer stops
+    learning from then on (``requires_grad`` off: the CNN's first convolution, the transformer's
+    token embedding).
     """
     model = cnn(seed) if model_kind == "cnn" else lm(seed)
     opt = make_optimizer(optimizer, model)
@@ -223,6 +225,10 @@ def train(model_kind: str, optimizer: str, seed: int, steps: int, fault: str | N
                 (model[0] if model_kind == "cnn" else model.head).weight.mul_(100.0)
         if s >= FAULT and fault == "collapse":
             y = torch.full_like(y, majority)
+        if s == FAULT and fault == "freeze":
+            for p in (model[0] if model_kind == "cnn" else model.emb).parameters():
+                p.requires_grad_(False)
+                p.grad = None
         loss = loss_of(model(x), y)
         loss.backward()
         opt.step()
@@ -307,6 +313,23 @@ def test_labels_collapsed_to_one_class_are_noticed_at_the_switch(model_kind: str
     # the model did collapse onto the one class: the loss falls far below anything the real task reaches
     # (for the language model without any jump: the space was already its likeliest answer)
     assert run.losses[-1] < 0.05 * run.losses[FAULT - 1]
+
+
+@pytest.mark.parametrize(("model_kind", "optimizer", "seed"), [("cnn", "adam", 8), ("cnn", "sgd", 9),
+                                                                ("lm", "adamw", 10)])
+def test_a_frozen_layer_is_named_by_its_update_ratio(model_kind: str, optimizer: str, seed: int) -> None:
+    # "update ratio out of band ... per layer shows which layers learn": the frozen layer's updates stop
+    # (ratio 0) while the others go on; the update ratio is measured every 10 steps by default
+    run = train(model_kind, optimizer, seed, FAULT_STEPS, fault="freeze")
+    frozen = "0." if model_kind == "cnn" else "emb."
+    loud = run.loud()
+    assert [str(e) for e in loud if e.step < FAULT] == []
+    low = [e for e in loud if e.kind.value == "update_ratio_low"]
+    assert low and FAULT <= low[0].step <= FAULT + run.watcher.update_ratio_every, [str(e) for e in loud]
+    assert low[0].layer.startswith(frozen) and low[0].onset_step < low[0].step
+    assert run.watcher.last_layer_update_ratios[low[0].layer] == 0.0
+    # a frozen layer is one report (until it learns again), not one per window
+    assert len([e for e in low if e.layer == low[0].layer]) == 1
 
 
 # ------------------------------------------------------------------------------------------

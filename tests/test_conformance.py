@@ -136,6 +136,8 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.UpdateRatioBand, "ref_alpha", 0.5),
         (ts.TrainValGap, "patience", 0),
         (ts.LayerGradCliff, "gap", 0),
+        (ts.LayerUpdateRatio, "drop", -1.0),
+        (ts.LayerUpdateRatio, "warmup", 0),
         (ts.ActivationHealth, "dead_threshold", 1.5),
     ],
 )
@@ -182,6 +184,11 @@ def _vector_cases():
     norms[250:, 1] *= 1e-5
     norms[100, 2] = np.nan
     names = [f"l{j}" for j in range(5)]
+    ratios = np.exp(rng.normal(0, 0.3, (n, 5))) * np.array([1e-3, 5e-4, 3e-4, 2e-4, 1e-4])
+    ratios[0, :] = [1.0, 1.0, 0.0, 1.0, 1.0]   # zero-initialised layers: huge, then settling
+    ratios[150:, 3] = 0.0                      # a layer frozen: no update at all
+    ratios[280:, 0] *= 3e3                     # one layer's updates blow up
+    ratios[200, 4] = np.nan
     dead = np.clip(0.2 + np.where(np.arange(n) > 200, (np.arange(n) - 200) / 100, 0), 0, 0.99)
     sat = np.full(n, 0.1)
     sat[300:] = 0.8
@@ -191,6 +198,9 @@ def _vector_cases():
         ("LayerGradCliff", ts.LayerGradCliff,
          lambda d, t: d.update({k: float(v) for k, v in zip(names, norms[t])}, step=t),
          lambda d, lo, hi: d.scan({k: norms[lo:hi, j] for j, k in enumerate(names)}, steps=np.arange(lo, hi))),
+        ("LayerUpdateRatio", ts.LayerUpdateRatio,
+         lambda d, t: d.update({k: float(v) for k, v in zip(names, ratios[t])}, step=t),
+         lambda d, lo, hi: d.scan({k: ratios[lo:hi, j] for j, k in enumerate(names)}, steps=np.arange(lo, hi))),
         ("ActivationHealth", ts.ActivationHealth,
          lambda d, t: d.update({"relu": {"dead_frac": float(dead[t]), "saturation": 0.0},
                                 "tanh": {"dead_frac": 0.0, "saturation": float(sat[t])}}, step=t),

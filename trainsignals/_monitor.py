@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from .detectors import (
     EWMASpike,
     GuardedEWMASpike,
     LayerGradCliff,
+    LayerUpdateRatio,
     LossGradCoupling,
     LRAnomaly,
     NonFinite,
@@ -63,6 +66,7 @@ _SUITE: tuple[tuple[str, type, tuple[str, ...]], ...] = (
     ("update_ratio", UpdateRatioBand, ("update_ratio", "lr")),
     ("overfitting", TrainValGap, ("loss", "val_loss")),
     ("layer_cliff", LayerGradCliff, ("layer_grad_norms",)),
+    ("layer_update_ratio", LayerUpdateRatio, ("layer_update_ratios",)),
     ("activations", ActivationHealth, ("activations",)),
 )
 _DEFAULTS: dict[str, dict[str, Any]] = {
@@ -78,6 +82,21 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 _SCALARS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
 _NONNEG = ("grad_norm", "lr", "update_ratio")
 _NAN = float("nan")
+
+
+@lru_cache(maxsize=256)
+def _takes_cached(fn: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _takes(method: Any, name: str) -> bool:
+    """Whether a recorder's method accepts the keyword ``name`` (recorders written before a
+    keyword existed are called without it)."""
+    return _takes_cached(getattr(method, "__func__", method), name)
 # detectors whose inputs after the first are optional (nan when absent)
 _OPTIONAL_SECOND = ("stall", "oscillation", "update_ratio", "grad_explosion")
 
@@ -113,7 +132,8 @@ class Monitor:
             ``nonfinite_loss``, ``nonfinite_grad_norm``, ``nonfinite_lr``,
             ``nonfinite_update_ratio``, ``nonfinite_val_loss``, ``loss_spike``, ``divergence``,
             ``stall``, ``oscillation``, ``grad_explosion``, ``coupling``, ``lr_anomaly``,
-            ``update_ratio``, ``overfitting``, ``layer_cliff``, ``activations``.
+            ``update_ratio``, ``overfitting``, ``layer_cliff``, ``layer_update_ratio``,
+            ``activations``.
 
     Raises:
         TypeError: an unknown keyword.
@@ -303,6 +323,7 @@ class Monitor:
         layer_grad_norms: Any = None,
         activations: Any = None,
         events: Sequence[Event] | None = None,
+        layer_update_ratios: Any = None,
     ) -> list[Event]:
         """Feed one step's signals (any subset); returns the events raised at this step.
 
@@ -340,6 +361,12 @@ class Monitor:
             layers = as_named_vector("layer_grad_norms", layer_grad_norms, det._names if det else None)
             if len(layers[0]) and layers[0].min() < 0:
                 raise ValueError("layer_grad_norms must be >= 0")
+        ratios = None
+        if layer_update_ratios is not None:
+            det = self.detectors.get("layer_update_ratio")
+            ratios = as_named_vector("layer_update_ratios", layer_update_ratios, det._names if det else None)
+            if len(ratios[0]) and ratios[0].min() < 0:
+                raise ValueError("layer_update_ratios must be >= 0")
         acts = None
         if activations is not None:
             det = self.detectors.get("activations")
@@ -355,6 +382,10 @@ class Monitor:
                     if det._names is None:
                         det._names = layers[1]
                     ev = det._row(layers[0], s)
+                elif sig == "layer_update_ratios" and ratios is not None:
+                    if det._names is None:
+                        det._names = ratios[1]
+                    ev = det._row(ratios[0], s)
                 elif sig == "activations" and acts is not None:
                     if det._names is None:
                         det._names = acts[1]
@@ -394,8 +425,10 @@ class Monitor:
         if out:
             self._record(out)
         if self.recorder is not None:
+            extra = {} if ratios is None or not _takes(self.recorder.record, "layer_update_ratios") else {
+                "layer_update_ratios": ratios}
             self.recorder.record(step=s, signals=vals, layer_grad_norms=layers,
-                                 activations=None if acts is None else (acts[0], acts[1]), events=out)
+                                 activations=None if acts is None else (acts[0], acts[1]), events=out, **extra)
         return out
 
     # ------------------------------------------------------------------------------------
@@ -410,15 +443,18 @@ class Monitor:
         val_loss: Any = None,
         layer_grad_norms: Any = None,
         activations: Any = None,
+        layer_update_ratios: Any = None,
     ) -> list[Event]:
         """Batch path: whole arrays in, exactly the events of feeding :meth:`update` step by step.
 
         Dense signals (``loss``, ``grad_norm``, ``lr``, ``update_ratio``) are 1-D arrays aligned
         with ``step``; a gap — a masked entry of a NumPy masked array or a null of a pyarrow
         array — means "not measured at this step" (a NaN is a measured non-finite value). A signal sampled at its own cadence is a ``(steps, values)`` pair:
-        ``val_loss=(val_steps, val_values)``, ``layer_grad_norms=(steps, {name: array})`` and
+        ``val_loss=(val_steps, val_values)``, ``layer_grad_norms=(steps, {name: array})`` (and
+        ``layer_update_ratios`` the same way) and
         ``activations=(steps, {layer: {"dead_frac": array, "saturation": array}})``;
-        ``layer_grad_norms`` and ``activations`` may also be aligned with ``step`` directly
+        ``layer_grad_norms``, ``layer_update_ratios`` and ``activations`` may also be aligned
+        with ``step`` directly
         (a ``{name: array}`` mapping or a 2-D array). Accepts lists, NumPy arrays, pandas or
         polars columns and pyarrow arrays. Returns the new events; the Monitor's state
         advances as if every step had been fed.
@@ -449,6 +485,7 @@ class Monitor:
         if val is not None and np.any(val[0] < 0):
             pass
         layers = self._sparse_or_dense("layer_grad_norms", layer_grad_norms, steps)
+        ratios = self._sparse_or_dense("layer_update_ratios", layer_update_ratios, steps)
         acts = self._acts(activations, steps)
         per_det: list[list[Event]] = []
         for name, det, sigs in self._plan:
@@ -464,12 +501,12 @@ class Monitor:
                 # measured entries; every other detector skips the nan that fills a gap
                 mask = measured[sigs[0]]
                 evs = det.scan(dense[sigs[0]][mask], steps=steps[mask])
-            elif sigs == ("layer_grad_norms",):
-                if layers is not None:
-                    if np.any(layers[1] < 0):
-                        raise ValueError("layer_grad_norms must be >= 0")
-                    evs = det.scan(layers[1] if layers[2] is None else dict(zip(layers[2], layers[1].T)),
-                                   steps=layers[0])
+            elif sigs in (("layer_grad_norms",), ("layer_update_ratios",)):
+                got = layers if sigs == ("layer_grad_norms",) else ratios
+                if got is not None:
+                    if np.any(got[1] < 0):
+                        raise ValueError(f"{sigs[0]} must be >= 0")
+                    evs = det.scan(got[1] if got[2] is None else dict(zip(got[2], got[1].T)), steps=got[0])
             elif sigs == ("activations",):
                 if acts is not None:
                     evs = det.scan(acts[1], steps=acts[0])
@@ -491,8 +528,9 @@ class Monitor:
             last.append(int(steps[-1]))
         if val is not None and len(val[0]):
             last.append(int(val[0].max()))
-        if layers is not None and len(layers[0]):
-            last.append(int(layers[0].max()))
+        for sparse in (layers, ratios):
+            if sparse is not None and len(sparse[0]):
+                last.append(int(sparse[0].max()))
         if acts is not None and len(acts[0]):
             last.append(int(acts[0].max()))
         if "loss" in dense:
@@ -507,8 +545,10 @@ class Monitor:
         self._step = max(last)
         if self.recorder is not None:
             rec = {k: (np.ma.masked_array(v, mask=~measured[k]) if k in measured else v) for k, v in dense.items()}
+            extra = {} if ratios is None or not _takes(self.recorder.record_batch, "layer_update_ratios") else {
+                "layer_update_ratios": ratios}
             self.recorder.record_batch(steps=steps, signals=rec, val_loss=val,
-                                       layer_grad_norms=layers, activations=acts, events=out)
+                                       layer_grad_norms=layers, activations=acts, events=out, **extra)
         return out
 
     @staticmethod

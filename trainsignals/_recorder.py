@@ -17,7 +17,10 @@ class Recorder(Protocol):
     """Receives every step a :class:`~trainsignals.Monitor` sees, and the events it raised.
 
     ``Monitor(recorder=r)`` calls :meth:`record` once per ``update`` (after the detectors ran)
-    and :meth:`record_batch` once per ``scan``.
+    and :meth:`record_batch` once per ``scan``. When the Monitor is given per-layer update
+    ratios, both also get a ``layer_update_ratios`` keyword, in the same forms as
+    ``layer_grad_norms``, if their signature takes it (or ``**kwargs``): a recorder written
+    without it keeps working, and does not see them.
     """
 
     def record(

@@ -5,6 +5,7 @@ from .activation_health import ActivationHealth
 from .cusum_plateau import CUSUMPlateau
 from .ewma_spike import EWMASpike, GuardedEWMASpike
 from .layer_cliff import LayerGradCliff
+from .layer_ratio import LayerUpdateRatio
 from .loss_grad_coupling import LossGradCoupling
 from .oscillation import Oscillation
 from .simple import LRAnomaly, NonFinite, UpdateRatioBand
@@ -20,6 +21,7 @@ __all__ = [
     "GuardedEWMASpike",
     "LRAnomaly",
     "LayerGradCliff",
+    "LayerUpdateRatio",
     "LossGradCoupling",
     "NonFinite",
     "Oscillation",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.signal import lfilter
@@ -62,7 +62,8 @@ class LayerGradCliff(Detector):
     """
 
     signals = ("layer_grad_norms",)
-    _state_keys = ("n", "names", "f", "s", "calm", "cooldown_left", "last_step")
+    _what = "layer_grad_norms"  # the input's name in errors
+    _state_keys: ClassVar[tuple[str, ...]] = ("n", "names", "f", "s", "calm", "cooldown_left", "last_step")
 
     def __init__(self, gap: float = 3.0, drop: float = 2.0, fast: float = 0.3, slow: float = 0.01,
                  warmup: int = 20, cooldown: int = 200) -> None:
@@ -104,10 +105,10 @@ class LayerGradCliff(Detector):
         self._last_step = int(state["last_step"])
 
     def update(self, *values: Any, step: int | None = None) -> Event | None:  # type: ignore[override]
-        """Feed one vector of per-layer grad norms (mapping, sequence or array)."""
+        """Feed one vector of per-layer values (mapping, sequence or array)."""
         if len(values) != 1:
-            raise TypeError("LayerGradCliff.update takes one vector of layer grad norms")
-        vec, names = as_named_vector("layer_grad_norms", values[0], self._names)
+            raise TypeError(f"{type(self).__name__}.update takes one vector of {self._what}")
+        vec, names = as_named_vector(self._what, values[0], self._names)
         s = self._last_step + 1 if step is None else to_step(step)
         if self._names is None:
             self._names = names
@@ -166,13 +167,13 @@ class LayerGradCliff(Detector):
                           float(max(below[worst], dropped[worst])), self.gap, msg, layer=layer)
 
     def _step(self, x: float, step: int) -> Event | None:  # pragma: no cover - vector detector
-        raise TypeError("LayerGradCliff works on vectors: use update(vector) or scan(matrix)")
+        raise TypeError(f"{type(self).__name__} works on vectors: use update(vector) or scan(matrix)")
 
     def scan(self, *arrays: Any, steps: Any = None) -> list[Event]:  # type: ignore[override]
         """Batch twin: a 2-D array ``(steps, layers)`` or a mapping ``{name: 1-D array}``."""
         if len(arrays) != 1:
-            raise TypeError("LayerGradCliff.scan takes one matrix of layer grad norms")
-        mat, names = as_matrix("layer_grad_norms", arrays[0], self._names)
+            raise TypeError(f"{type(self).__name__}.scan takes one matrix of {self._what}")
+        mat, names = as_matrix(self._what, arrays[0], self._names)
         if self._names is None:
             self._names = names
         n = mat.shape[0]

@@ -1,0 +1,173 @@
+"""LayerUpdateRatio: one layer's updates out of line with the rest (frozen, or far too violent)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.signal import lfilter
+
+from .._events import Event, Kind, make_event
+from .layer_cliff import LayerGradCliff, first_bad_row, middle
+
+
+class LayerUpdateRatio(LayerGradCliff):
+    """Flags a layer whose update ratio ``||dw|| / ||w||`` left the band the other layers keep.
+
+    The update ratio says how fast each layer learns: about 1e-4..1e-3 a step in a healthy run,
+    and roughly the same across layers. A layer whose ratio falls orders of magnitude below the
+    others has stopped learning (frozen by mistake, its units dead, its gradients gone); one
+    whose ratio rises orders of magnitude above the others is being thrown around (its weights
+    collapsed toward zero, or its learning rate is far too high for it).
+
+    Per layer, on ``u = log10(ratio)``, a fast and a slow EWMA (weights ``fast``, ``slow``) are
+    kept as NumPy vectors, as in :class:`LayerGradCliff`. A layer is
+
+    * **low** (``update_ratio_low``) when its fast level is at least ``gap`` decades below the
+      median layer, or it fell ``drop`` decades below its own slow level while the median layer
+      fell less than one decade (a schedule that lowers every layer's rate moves the median
+      too: that is not one layer's fault);
+    * **high** (``update_ratio_high``) when its fast level is at least ``gap`` decades above
+      the median layer, or it rose ``drop`` decades above its own slow level while the median
+      layer rose less than one decade.
+
+    Both are judged against the run's own layers, so the detector is scale-free. The event names
+    the worst layer; ``onset_step`` is the last step that layer was within one decade of both
+    references on that side. A layer is reported once per side until it comes back within one
+    decade of both references (a layer frozen for good is one event, not one per window). No
+    event in the first ``warmup`` values (zero-initialised biases start with huge ratios that
+    settle within a few steps), and a layer's own history (the slow EWMA) starts at the end of
+    warm-up; quiet for ``cooldown`` values after an event. A layer whose
+    ratio is 0 (no update at all) counts as ``1e-30``.
+
+    Args:
+        gap: decades from the median layer that fire, > 0.
+        drop: decades from the layer's own history that fire (the median layer having moved
+            less than one), > 0.
+        fast: weight of the fast EWMA, in (0, 1].
+        slow: weight of the slow EWMA, in (0, fast).
+        warmup: values before any event, >= 1.
+        cooldown: values without events after an event, >= 0.
+
+    Example:
+        Four layers learning at 1e-3..3e-4 a step; from step 100 the first one is frozen
+        (its ratio drops to 1e-8), from step 300 the last one's updates blow up to 0.5:
+
+        >>> import numpy as np
+        >>> ratios = np.tile([1e-3, 5e-4, 3e-4, 4e-4], (500, 1))
+        >>> ratios[100:, 0] = 1e-8
+        >>> ratios[300:, 3] = 0.5
+        >>> [(e.kind.value, e.step, e.layer) for e in LayerUpdateRatio().scan(ratios)]
+        [('update_ratio_low', 101, 'layer0'), ('update_ratio_high', 303, 'layer3')]
+    """
+
+    _state_keys = ("n", "names", "f", "s", "calm", "calm_hi", "rep", "rep_hi", "cooldown_left", "last_step")
+    _what = "layer_update_ratios"
+
+    def __init__(self, gap: float = 3.0, drop: float = 2.0, fast: float = 0.3, slow: float = 0.01,
+                 warmup: int = 10, cooldown: int = 0) -> None:
+        super().__init__(gap=gap, drop=drop, fast=fast, slow=slow, warmup=warmup, cooldown=cooldown)
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._calm_hi = np.zeros(0, dtype=np.int64)
+        self._rep = np.zeros(0, dtype=bool)     # layers reported low, not yet back in band
+        self._rep_hi = np.zeros(0, dtype=bool)  # layers reported high, not yet back in band
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        self._calm_hi = np.asarray(state["calm_hi"], dtype=np.int64)
+        self._rep = np.asarray(state["rep"], dtype=bool)
+        self._rep_hi = np.asarray(state["rep_hi"], dtype=bool)
+
+    def _row(self, vec: np.ndarray, step: int) -> Event | None:
+        if len(self._calm_hi) != len(vec) or self._n == 0:
+            self._calm_hi = np.full(len(vec), step, dtype=np.int64)
+            self._rep = np.zeros(len(vec), dtype=bool)
+            self._rep_hi = np.zeros(len(vec), dtype=bool)
+        return super()._row(np.maximum(vec, 1e-30), step)
+
+    def _check(self, step: int) -> Event | None:
+        if self._n <= self.warmup:  # the own history starts after warm-up (first ratios are atypical)
+            self._s = self._f.copy()
+        f, s = self._f, self._s
+        med = float(middle(f))
+        below, dropped = med - f, s - f
+        in_lo = np.maximum(below, dropped) < 1.0
+        in_hi = np.maximum(-below, -dropped) < 1.0
+        np.copyto(self._calm, step, where=in_lo)
+        np.copyto(self._calm_hi, step, where=in_hi)
+        self._rep &= ~in_lo
+        self._rep_hi &= ~in_hi
+        if self._cooldown_left:
+            self._cooldown_left -= 1
+            return None
+        if self._n <= self.warmup:
+            return None
+        for low, far, moved, calm, rep in ((True, below, dropped, self._calm, self._rep),
+                                           (False, -below, -dropped, self._calm_hi, self._rep_hi)):
+            out = far >= self.gap
+            fell = moved >= self.drop
+            if fell.any() and float(middle(moved)) < 1.0:
+                out |= fell
+            out &= ~rep
+            if out.any():
+                rep |= out
+                return self._event(step, low, out, far, moved, calm)
+        return None
+
+    def _event(self, step: int, low: bool, out: np.ndarray, far: np.ndarray, moved: np.ndarray,
+               calm: np.ndarray) -> Event:
+        worst = int(np.argmax(np.where(out, np.maximum(far, moved), -np.inf)))
+        assert self._names is not None
+        layer = self._names[worst]
+        self._cooldown_left = self.cooldown
+        n_out = int(out.sum())
+        side = "below" if low else "above"
+        msg = (f"update ratio of layer {layer} is {10 ** float(self._f[worst]):.3g}: {far[worst]:.1f} decades "
+               f"{side} the median layer and {moved[worst]:.1f} {side} its own history"
+               + (": it has stopped learning" if low else ": its updates are far too violent")
+               + (f" ({n_out} layers)" if n_out > 1 else ""))
+        return make_event(Kind.UPDATE_RATIO_LOW if low else Kind.UPDATE_RATIO_HIGH, "warning", step,
+                          int(calm[worst]), type(self).__name__, f"layer_update_ratios[{layer}]",
+                          float(max(far[worst], moved[worst])), self.gap, msg, layer=layer)
+
+    def _fast_rows(self, mat: np.ndarray, steps: np.ndarray, i: int) -> int:
+        """Vectorised advance over rows while no event is possible (all finite, every layer in band)."""
+        if self._n <= self.warmup or self._cooldown_left or len(self._f) != mat.shape[1]:
+            return 0
+        block = np.maximum(mat[i:i + 4096], 1e-30)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.log10(block)
+        lim = first_bad_row(u)
+        if lim == 0:
+            return 0
+        u = u[:lim]
+        f, _ = lfilter([self._fa], [1.0, -self._fb], u, axis=0, zi=(self._fb * self._f)[None, :])
+        s, _ = lfilter([self._sa], [1.0, -self._sb], u, axis=0, zi=(self._sb * self._s)[None, :])
+        below = middle(f)[:, None] - f
+        dropped = s - f
+        med_drop, med_rise = middle(dropped), middle(-dropped)
+        calm = (below < 1.0) & (dropped < 1.0)
+        calm_hi = (-below < 1.0) & (-dropped < 1.0)
+        # a reported layer stays reported until its first calm row
+        rep = self._rep[None, :] & ~np.logical_or.accumulate(calm, axis=0)
+        rep_hi = self._rep_hi[None, :] & ~np.logical_or.accumulate(calm_hi, axis=0)
+        out_lo = (below >= self.gap) | ((dropped >= self.drop) & (med_drop[:, None] < 1.0))
+        out_hi = (-below >= self.gap) | ((-dropped >= self.drop) & (med_rise[:, None] < 1.0))
+        hit = ((out_lo & ~rep) | (out_hi & ~rep_hi)).any(axis=1)
+        k = int(np.argmax(hit)) if hit.any() else lim
+        if k:
+            st = steps[i:i + k]
+            self._calm = np.maximum(self._calm, np.where(calm[:k], st[:, None], -1).max(axis=0))
+            self._calm_hi = np.maximum(self._calm_hi, np.where(calm_hi[:k], st[:, None], -1).max(axis=0))
+            self._rep = rep[k - 1].copy()
+            self._rep_hi = rep_hi[k - 1].copy()
+            self._f = f[k - 1].copy()
+            self._s = s[k - 1].copy()
+            self._n += k
+            self._last_step = int(st[-1])
+        return k
+
+
+__all__ = ["LayerUpdateRatio"]
