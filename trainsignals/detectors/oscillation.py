@@ -6,6 +6,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,9 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import PairDetector
 from ._ops import ewma, first_true, shifted
+
+_log = math.log
+_NAN = math.nan
 
 
 def _residuals(win: Sequence[float]) -> tuple[list[float], float]:
@@ -109,8 +113,30 @@ def _spread(res: list[float]) -> float:
     return srt[(9 * len(srt)) // 10 - 1] - srt[len(srt) // 10] if len(srt) >= 10 else 0.0
 
 
+def _shift_test(ys: Sequence[float], gs: Sequence[float], w2: int, efficiency: float) -> tuple[float, float]:
+    """``(loss swing ratio, grad-norm swing ratio)`` of the last ``w2`` values against the first
+    ``w2``; ``0, 0`` when the loss made progress (its median fell) or its line moves within the
+    window by more than ``efficiency`` times its residuals' 10-90 % range. The loss ratio is that
+    of the robust residual scales carried to loss units (times ``exp`` of the median log-level
+    change); the grad-norm ratio is ``inf`` when either window lacks grad norms. ``ys`` holds
+    finite values."""
+    m = len(ys)
+    cur, ref = sorted(islice(ys, m - w2, m)), sorted(islice(ys, 0, w2))
+    h = w2 // 2
+    lvl = (cur[h] - ref[h]) if w2 % 2 else 0.5 * (cur[h - 1] + cur[h] - ref[h - 1] - ref[h])
+    if not lvl >= 0.0:  # the loss fell since the reference window: progress
+        return 0.0, 0.0
+    res, rise = _residuals(list(islice(ys, m - w2, m)))
+    if abs(rise) > efficiency * _spread(res):  # a climb or a fall within the window: it moves
+        return 0.0, 0.0
+    rl = _scale(res) / _scale(_residuals(list(islice(ys, 0, w2)))[0]) * math.exp(lvl)
+    gc, gr = _residuals(list(islice(gs, m - w2, m)))[0], _residuals(list(islice(gs, 0, w2)))[0]
+    rg = _scale(gc) / _scale(gr) if gc and gr else math.inf
+    return rl, rg
+
+
 class Oscillation(PairDetector):
-    """Flags a sawtooth: the loss swings far beyond its usual noise and makes no net progress.
+    """Flags an oscillation: the loss swings far beyond its usual noise and makes no net progress.
 
     Inputs: the loss and, optionally, the grad norm (``nan`` when unknown), both in log space.
     For each, the detector keeps a local swing ``v`` (EWMA, weight ``var_alpha``, of the
@@ -151,8 +177,34 @@ class Oscillation(PairDetector):
       time: a bare correlation threshold is a weak test.) Summing the two statistics treats
       the loss and grad-norm noises as independent.
 
-    ``onset_step`` is the start of the window. No event in the first ``warmup`` values; quiet
-    for ``cooldown`` values after an event.
+    A second path catches the edge of stability, where minibatch swings are loud but not
+    periodic (white noise fails the pattern test): the loss jumps to a higher, much noisier
+    plateau, or its noise band widens, and it makes no net progress. It compares the last
+    ``3 * window // 2`` values (the current window) with the first ``3 * window // 2`` of the
+    ``4 * window`` kept (the reference, ``window`` values before it) and fires when
+
+    * the loss makes no net progress: the current median log-loss is not below the reference's,
+      and the current window's least-squares line rises or falls by at most ``efficiency``
+      times the 10-90 % range of its residuals (the bouncing regime fills the window: a climb
+      is a divergence, a fall is learning, and a jump still inside the window is not yet a
+      regime);
+    * the loss swings ``shift`` times as wide as in the reference, in loss units: the ratio of
+      the robust residual scales (1.4826 x median absolute residual around each window's line,
+      in log space) times ``exp`` of the rise of the median log-loss. A minibatch loss that
+      falls while keeping its noise in loss units keeps this ratio near 1 (its log-space noise
+      grows as ``1 / level``: the level allowance of the first path); a loss that jumps up and
+      bounces at the higher level, or whose band widens, does not;
+    * when the grad norm is known in both windows, its robust residual scale (log space) is at
+      least ``grad_shift`` times the reference's: the grad norm swings too.
+
+    The second path is examined every 8th value while *armed*: for ``3 * window // 2`` values
+    after a value at which the local swing ``v`` of the loss exceeds ``shift_ratio`` times its
+    baseline ``b``, and so does the grad norm's when it is known (both swing at once). Steady
+    runs pay nothing; the test itself costs about as much as the first path's.
+
+    ``onset_step`` is the start of the examined window (the last ``window`` values, or the
+    current window of the second path). No event in the first ``warmup`` values; quiet for
+    ``cooldown`` values after an event.
 
     Args:
         window: values in the window, >= 8.
@@ -164,6 +216,12 @@ class Oscillation(PairDetector):
             ranges of the current window's residuals, that counts as no progress, >= 0.
         pattern_p: p-value of the pattern test under the Ljung-Box chi-square law (its
             large-sample false-alarm probability on white noise), in (0, 1).
+        shift: swing ratio in loss units, current window over reference, that fires the second
+            path, > 1.
+        grad_shift: grad-norm swing ratio that the second path also needs when the grad norm
+            is known, > 0.
+        shift_ratio: local-to-baseline swing ratio (of the loss and of the grad norm) that arms
+            the second path, in (1, ratio].
         var_alpha: weight of the local swing, in (0, 1).
         base_alpha: weight of the baseline swing, in (0, var_alpha).
         warmup: values before any event, >= 4 * window.
@@ -195,6 +253,9 @@ class Oscillation(PairDetector):
         efficiency: float = 0.5,
         drop: float = 1.0,
         pattern_p: float = 1e-3,
+        shift: float = 2.5,
+        grad_shift: float = 1.5,
+        shift_ratio: float = 1.5,
         var_alpha: float = 0.1,
         base_alpha: float = 0.005,
         warmup: int = 128,
@@ -208,6 +269,9 @@ class Oscillation(PairDetector):
         check_range("efficiency", efficiency, 0, 1, lo_open=True)
         check_range("drop", drop, 0, None)
         check_range("pattern_p", pattern_p, 0, 1, lo_open=True, hi_open=True)
+        check_range("shift", shift, 1, None, lo_open=True)
+        check_range("grad_shift", grad_shift, 0, None, lo_open=True)
+        check_range("shift_ratio", shift_ratio, 1, ratio, lo_open=True)
         check_range("var_alpha", var_alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("base_alpha", base_alpha, 0, var_alpha, lo_open=True, hi_open=True)
         check_range("warmup", warmup, 4 * window, None, integer=True)
@@ -219,13 +283,16 @@ class Oscillation(PairDetector):
         self.efficiency = efficiency
         self.drop = drop
         self.pattern_p = pattern_p
+        self.shift = shift
+        self.grad_shift = grad_shift
+        self.shift_ratio = shift_ratio
         self.var_alpha = var_alpha
         self.base_alpha = base_alpha
         self.warmup = warmup
         self.cooldown = cooldown
         self.signal = signal
-        self._va, self._vb = float(var_alpha), 1.0 - float(var_alpha)
-        self._ba, self._bb = float(base_alpha), 1.0 - float(base_alpha)
+        # the EWMA weights in one tuple: few instance attributes keep attribute access fast
+        self._wts = (float(var_alpha), 1.0 - float(var_alpha), float(base_alpha), 1.0 - float(base_alpha))
         self._reset()
 
     def _reset(self) -> None:
@@ -236,7 +303,8 @@ class Oscillation(PairDetector):
         self._mg = self._vg = self._bg = 0.0
         self._ys: deque[float] = deque(maxlen=4 * w)
         self._gs: deque[float] = deque(maxlen=4 * w)
-        self._ss: deque[int] = deque(maxlen=w)
+        self._ss: deque[int] = deque(maxlen=3 * w // 2)
+        # > 0: values left in the cooldown; < 0: values left in the second path's watch (armed)
         self._cooldown_left = 0
         self._last_step = -1
 
@@ -245,7 +313,7 @@ class Oscillation(PairDetector):
         w = self.window
         self._ys = deque(state["ys"], maxlen=4 * w)
         self._gs = deque((math.nan if v is None else v for v in state["gs"]), maxlen=4 * w)
-        self._ss = deque(state["ss"], maxlen=w)
+        self._ss = deque(state["ss"], maxlen=3 * w // 2)
 
     def _get_state(self) -> dict[str, Any]:
         st = super()._get_state()
@@ -291,64 +359,91 @@ class Oscillation(PairDetector):
             return y, 0.0, 0.0
         d = y - m
         m = y
-        v = self._va * abs(d) + self._vb * v
+        va, vb, ba, bb = self._wts
+        v = va * abs(d) + vb * v
         if n < self.warmup:
-            an = max(self._ba, 1.0 / n)
+            an = max(ba, 1.0 / n)
             b = an * v + (1.0 - an) * b
         else:
-            b = self._ba * v + self._bb * b
+            b = ba * v + bb * b
         return m, v, b
 
     def _step(self, x: float, grad: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
-        y = math.log(x)
+        y = _log(x)
         n = self._n
+        warm = n >= self.warmup
         bl_prev, bg_prev = self._bl, self._bg
-        if n >= self.warmup:  # the steady state, inlined (same arithmetic as _learn)
+        if warm:  # the steady state, inlined (same arithmetic as _learn)
+            va, vb, ba, bb = self._wts
             d = y - self._ml
             self._ml = y
-            self._vl = v = self._va * abs(d) + self._vb * self._vl
-            self._bl = self._ba * v + self._bb * bl_prev
+            self._vl = vl = va * abs(d) + vb * self._vl
+            self._bl = ba * vl + bb * bl_prev
         else:
-            self._ml, self._vl, self._bl = self._learn(y, self._ml, self._vl, self._bl, n)
-        g = math.nan
+            self._ml, vl, self._bl = self._learn(y, self._ml, self._vl, self._bl, n)
+            self._vl = vl
+        g = _NAN
         if grad - grad == 0.0 and grad > 0.0:
-            g = math.log(grad)
+            g = _log(grad)
             if self._ng >= self.warmup:
+                va, vb, ba, bb = self._wts
                 d = g - self._mg
                 self._mg = g
-                self._vg = v = self._va * abs(d) + self._vb * self._vg
-                self._bg = self._ba * v + self._bb * bg_prev
+                self._vg = vg = va * abs(d) + vb * self._vg
+                self._bg = ba * vg + bb * bg_prev
             else:
-                self._mg, self._vg, self._bg = self._learn(g, self._mg, self._vg, self._bg, self._ng)
+                self._mg, vg, self._bg = self._learn(g, self._mg, self._vg, self._bg, self._ng)
+                self._vg = vg
             self._ng += 1
+        else:
+            vg = self._vg
         self._n = n + 1
         self._ys.append(y)
         self._gs.append(g)
         self._ss.append(step)
-        if self._cooldown_left:
-            self._cooldown_left -= 1
+        cl = self._cooldown_left
+        if cl:
+            if cl > 0:
+                self._cooldown_left = cl - 1
+                return None
+            self._cooldown_left = cl + 1  # armed: one value fewer left in the watch
+        if not warm:
             return None
-        if n < self.warmup:
+        r2 = self.shift_ratio
+        if vl > r2 * bl_prev or (bg_prev > 0.0 and vg > r2 * bg_prev):
+            w = self.window
+            if vl > r2 * bl_prev and (bg_prev <= 0.0 or vg > r2 * bg_prev):
+                self._cooldown_left = -(3 * w // 2)  # (re)arm the second path
+            if vl > self.ratio * bl_prev or (bg_prev > 0.0 and vg > self.ratio * bg_prev):
+                ok, fl, fg = self._confirm(list(self._ys), list(self._gs))
+                if ok:
+                    self._cooldown_left = self.cooldown
+                    msg = (f"{self.signal} swings widely with no net progress: {100 * fl:.0f}% of the last {w} "
+                           f"values lie beyond {self.spread:g} usual deviations"
+                           + (f", and {100 * fg:.0f}% of the grad norms" if fg > 0 else "") + ": sawtooth")
+                    return make_event(Kind.OSCILLATION, "warning", step, self._ss[-w], type(self).__name__,
+                                      self.signal, fl, self.frac, msg)
+            if self._cooldown_left >= 0 or n & 7:
+                return None
+        elif not cl or n & 7:  # the second path: every 8th value while armed
             return None
-        cand = self._vl > self.ratio * bl_prev or (bg_prev > 0.0 and self._vg > self.ratio * bg_prev)
-        if not cand:
-            return None
-        ok, fl, fg = self._confirm(list(self._ys), list(self._gs))
-        if not ok:
+        rl, rg = _shift_test(self._ys, self._gs, 3 * self.window // 2, self.efficiency)
+        if rl < self.shift or rg < self.grad_shift:
             return None
         self._cooldown_left = self.cooldown
-        onset = self._ss[0]
-        msg = (f"{self.signal} swings widely with no net progress: {100 * fl:.0f}% of the last {self.window} "
-               f"values lie beyond {self.spread:g} usual deviations"
-               + (f", and {100 * fg:.0f}% of the grad norms" if fg > 0 else "") + ": sawtooth")
-        return make_event(Kind.OSCILLATION, "warning", step, onset, type(self).__name__, self.signal,
-                          fl, self.frac, msg)
+        w2 = len(self._ss)
+        msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over "
+               f"the {w2} before the last {w2 + self.window}, with no net progress"
+               + (f"; the grad norm {rg:.3g}x as wide" if rg < math.inf else "")
+               + ": step size at the edge of stability")
+        return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal,
+                          rl, self.shift, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if self._n < self.warmup or self._cooldown_left or 0 < self._ng < self.warmup:
+        if self._n < self.warmup or self._cooldown_left > 0 or 0 < self._ng < self.warmup:
             return 0
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.log(arrays[0][i:j])
@@ -364,23 +459,42 @@ class Oscillation(PairDetector):
             return 0
         y = y[:lim]
         d = y - shifted(y, self._ml)
-        vl = ewma(np.abs(d), self._va, self._vb, self._vl)
-        bl = ewma(vl, self._ba, self._bb, self._bl)
-        cand = vl > self.ratio * shifted(bl, self._bl)
+        va, vb, ba, bb = self._wts
+        vl = ewma(np.abs(d), va, vb, self._vl)
+        bl = ewma(vl, ba, bb, self._bl)
+        blp = shifted(bl, self._bl)
+        ai = np.flatnonzero(vl > self.shift_ratio * blp)  # the loss swings enough to arm
+        cand = vl > self.ratio * blp
         if self._ng:
             gg = g[:lim]
             dg = gg - shifted(gg, self._mg)
-            vg = ewma(np.abs(dg), self._va, self._vb, self._vg)
-            bg = ewma(vg, self._ba, self._bb, self._bg)
+            vg = ewma(np.abs(dg), va, vb, self._vg)
+            bg = ewma(vg, ba, bb, self._bg)
             bgp = shifted(bg, self._bg)
+            ai = ai[(bgp[ai] <= 0.0) | (vg[ai] > self.shift_ratio * bgp[ai])]  # and so does the grad norm
             cand |= (bgp > 0.0) & (vg > self.ratio * bgp)
+        w = self.window
+        w2, w4 = 3 * w // 2, 4 * w
+        # the second path's watch: value indices n0 .. until0 carried in, then a + w2 after each
+        # arming index a; merged into stretches, examined at the multiples of 8 they cover
+        n0, end = self._n, self._n + lim - 1
+        until0 = n0 - self._cooldown_left - 1
+        arms = (n0 + ai).tolist()
+        stretches: list[tuple[int, int]] = [(n0, until0)] if until0 >= n0 else []
+        for a in arms:
+            if stretches and a <= stretches[-1][1] + 1:
+                stretches[-1] = (stretches[-1][0], max(stretches[-1][1], a + w2))
+            else:
+                stretches.append((a, a + w2))
+        es = np.array([e - n0 for lo, hi in stretches for e in range(-(-lo // 8) * 8, min(hi, end) + 1, 8)],
+                      dtype=np.int64)
         k = lim
-        if cand.any():
-            w = self.window
-            w4 = 4 * w
+        yext = gext = np.empty(0)
+        off = len(self._ys)
+        if cand.any() or len(es):
             yext = np.concatenate((np.asarray(self._ys), y))
             gext = np.concatenate((np.asarray(self._gs, dtype=np.float64), g[:lim]))
-            off = len(self._ys)
+        if cand.any():
             cs = np.flatnonzero(cand)
             # vectorised first stage of the confirmation (its necessary condition), then the
             # shared scalar confirmation on the few windows that pass
@@ -406,15 +520,46 @@ class Oscillation(PairDetector):
                 if self._confirm(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist())[0]:
                     k = int(c)
                     break
+        es = es[es < k]
+        if len(es):  # the second path: a vectorised looser twin, then the shared scalar test
+            views = np.lib.stride_tricks.sliding_window_view(yext, w2)
+            m = len(es)
+            both = views[np.concatenate((off + es + 1 - w2, off + es + 1 - w4))]  # current rows, then reference
+            med = np.median(both, axis=1)
+            lvl = med[:m] - med[m:]
+            keep = lvl >= -1e-12
+            if keep.any():
+                es, lvl = es[keep], lvl[keep]
+                both = both[np.concatenate((keep, keep))]
+                sc = np.maximum(1.4826 * np.median(np.abs(_batch_residuals(both)), axis=1), 1e-3)
+                with np.errstate(over="ignore"):
+                    keep = sc[:len(es)] / sc[len(es):] * np.exp(np.maximum(lvl, 0.0)) >= self.shift * (1 - 1e-6)
+            if self._ng and keep.any():
+                gviews = np.lib.stride_tricks.sliding_window_view(gext, w2)
+                gc, gr = gviews[off + es + 1 - w2], gviews[off + es + 1 - w4]
+                gsc = np.maximum(1.4826 * np.median(np.abs(_batch_residuals(gc)), axis=1), 1e-3)
+                gsr = np.maximum(1.4826 * np.median(np.abs(_batch_residuals(gr)), axis=1), 1e-3)
+                gk = gsc / gsr >= self.grad_shift * (1 - 1e-6)
+                # a window with a missing grad norm is left to the scalar test (it drops the gaps)
+                gk |= ~(np.isfinite(gc).all(axis=1) & np.isfinite(gr).all(axis=1))
+                keep &= gk
+            for c in es[keep]:
+                lo = off + c + 1 - w4
+                rl, rg = _shift_test(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist(), w2,
+                                      self.efficiency)
+                if rl >= self.shift and rg >= self.grad_shift:
+                    k = int(c)
+                    break
         if k:
+            last = max([until0] + [a + w2 for a in arms if a < n0 + k])
+            self._cooldown_left = min(0, n0 + k - 1 - last)
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
             if self._ng:
                 self._mg, self._vg, self._bg = float(gg[k - 1]), float(vg[k - 1]), float(bg[k - 1])
                 self._ng += k
-            w = self.window
-            self._ys.extend(y[max(0, k - 4 * w):k].tolist())
-            self._gs.extend(g[max(0, k - 4 * w):k].tolist())
-            self._ss.extend(steps[i + max(0, k - w):i + k].tolist())
+            self._ys.extend(y[max(0, k - w4):k].tolist())
+            self._gs.extend(g[max(0, k - w4):k].tolist())
+            self._ss.extend(steps[i + max(0, k - w2):i + k].tolist())
             self._n += k
             self._last_step = int(steps[i + k - 1])
         return k
