@@ -20,23 +20,37 @@ class TrainValGap(Detector):
     Train loss arrives every step, validation loss every N steps; either may be missing.
     The detector keeps an EWMA (weight ``alpha``) of ``log(train loss)`` and, at each
     validation, the best ``log(val_loss)``; a validation that does not beat the best by
-    ``log(1 + min_delta)`` counts toward ``patience``. It fires when
+    ``log(1 + min_delta)`` counts toward ``patience``. Overfitting is the validation loss
+    rising while the training loss falls, so every alarm needs
 
-    * ``patience`` validations in a row failed to improve;
-    * since the best, validation loss climbs *steadily*: the least-squares slope of
-      ``log(val_loss)`` over the validations since the best (the latest ``max_window`` of
-      them) has t-statistic ``>= threshold`` — a noisy flat validation curve does not — and
-      the latest is at least ``min_rise`` (relative) above the best;
-    * the climb breaks out of the validation loss's own wobble: each of the last ``patience``
-      validations lies further above the best than the largest rise
+    * ``patience`` validations in a row that failed to improve, the latest at least
+      ``min_rise`` (relative) above the best;
+    * the smoothed train loss at least ``min_train_fall`` (relative) below its value at the
+      best validation (train still falling; both rising is a divergence, not overfitting);
+
+    and then one of two kinds of evidence that the rise is not the validation loss's own
+    wobble:
+
+    * **break-out**: since the best, validation loss climbs *steadily* -- the least-squares
+      slope of ``log(val_loss)`` over the validations since the best (the latest
+      ``max_window`` of them) has t-statistic ``>= threshold`` -- and each of the last
+      ``patience`` validations lies further above the best than (a) the largest rise
       ``log(val[j]) - min(log(val[i]), i < j)`` the validation loss made over the
-      ``wobble_window`` validations before the best. A validation curve measured on a few
-      hundred samples meanders by a few percent on its plateau, slowly (a t-statistic over
-      four values does not see it as noise), and its best is often one low draw; a rise no
-      larger than the meanders it already made is one more meander, while overfitting leaves,
-      and stays out of, the range the curve held while it generalised;
-    * the smoothed train loss fell at least ``min_train_fall`` (relative) since the best
-      validation (train still falling; both rising is a divergence, not overfitting).
+      ``wobble_window`` validations before the best and (b) the largest fall it made from a
+      peak since the best. A validation curve measured on a few hundred samples meanders
+      by a few percent on its plateau, slowly (a t-statistic over four values does not see
+      it as noise), and its best is often one low draw: a rise no larger than the
+      meanders it already made, before the best or since, is one more meander, while
+      overfitting leaves, and stays out of, the range the curve held while it generalised;
+    * **memorisation climb**: the validation loss rose at each of the last ``climb``
+      validations while the smoothed train loss fell by at least ``climb_train_fall``
+      (relative) over that run of rises. This catches a model that starts memorising a
+      small training set right after a noisy phase: the validation loss climbs inside
+      the range it meandered over before (so no break-out yet), but a monotone run of
+      rises while the training loss collapses -- the generalisation gap widening by a
+      factor ``1 / (1 - climb_train_fall)`` or more in a few validations -- is the
+      definition of overfitting, not a meander (on a plateau the train loss creeps, it
+      does not halve in a few evaluations).
 
     ``onset_step`` and :attr:`best_step` are the step of the best validation: the checkpoint
     to restore. Fires once per new best.
@@ -45,12 +59,16 @@ class TrainValGap(Detector):
         patience: validations without improvement, >= 2.
         min_delta: relative improvement that counts as a new best, >= 0.
         min_rise: relative rise above the best that counts as rising, >= 0.
-        threshold: t-statistic of the validation slope that counts as a climb, > 0.
+        threshold: t-statistic of the validation slope that counts as a steady climb, > 0.
         max_window: most validations in the trend, >= patience + 1.
         min_train_fall: relative fall of the train loss since the best validation, in [0, 1).
         alpha: EWMA weight of the train loss, in (0, 1].
         wobble_window: validations before the best whose largest rise the climb must beat,
             >= 1.
+        climb: validations in a row that must each rise over the one before for the
+            memorisation climb, >= 2.
+        climb_train_fall: relative fall of the smoothed train loss over that run of rises,
+            in (0, 1).
 
     Example:
         >>> det = TrainValGap()
@@ -66,15 +84,26 @@ class TrainValGap(Detector):
         >>> val = {100: 1.0, 200: 0.8, 300: 0.7, 400: 0.74, 500: 0.69, 600: 0.66, 700: 0.68, 800: 0.69, 900: 0.7}
         >>> [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 901, 10)].count(None)
         91
+
+        A climb inside an earlier wobble (0.70 -> 0.90) still counts when it rises at each
+        of four validations while the train loss collapses (memorising):
+
+        >>> det = TrainValGap()
+        >>> val = {100: 1.0, 200: 0.7, 300: 0.9, 400: 0.69, 500: 0.70, 600: 0.71, 700: 0.72, 800: 0.73}
+        >>> loss = lambda s: 1.0 / (1 + s / 100) if s <= 400 else 0.2 * 10 ** ((400 - s) / 200)
+        >>> evs = [det.update(loss(s), val.get(s), step=s) for s in range(0, 801, 10)]
+        >>> [(e.step, e.onset_step) for e in evs if e]
+        [(800, 400)]
     """
 
     signals = ("loss", "val_loss")
     _state_keys = ("n", "train", "best", "best_step", "best_train", "bad", "fired", "since", "hist", "wobble",
-                   "last_step")
+                   "peak", "fall", "prev", "rises", "run_train", "last_step")
 
     def __init__(self, patience: int = 3, min_delta: float = 1e-3, min_rise: float = 0.02,
                  threshold: float = 3.0, max_window: int = 8, min_train_fall: float = 0.01,
-                 alpha: float = 0.05, wobble_window: int = 32) -> None:
+                 alpha: float = 0.05, wobble_window: int = 32, climb: int = 4,
+                 climb_train_fall: float = 0.5) -> None:
         check_range("patience", patience, 2, None, integer=True)
         check_range("min_delta", min_delta, 0, None)
         check_range("min_rise", min_rise, 0, None)
@@ -83,6 +112,8 @@ class TrainValGap(Detector):
         check_range("min_train_fall", min_train_fall, 0, 1, hi_open=True)
         check_range("alpha", alpha, 0, 1, lo_open=True)
         check_range("wobble_window", wobble_window, 1, None, integer=True)
+        check_range("climb", climb, 2, None, integer=True)
+        check_range("climb_train_fall", climb_train_fall, 0, 1, lo_open=True, hi_open=True)
         self.patience = patience
         self.min_delta = min_delta
         self.min_rise = min_rise
@@ -91,10 +122,13 @@ class TrainValGap(Detector):
         self.min_train_fall = min_train_fall
         self.alpha = alpha
         self.wobble_window = wobble_window
+        self.climb = climb
+        self.climb_train_fall = climb_train_fall
         self._a, self._b = float(alpha), 1.0 - float(alpha)
         self._ld = math.log1p(min_delta)
         self._lr = math.log1p(min_rise)
         self._tf = -math.log1p(-min_train_fall)
+        self._ctf = -math.log1p(-climb_train_fall)
         self._reset()
 
     def _reset(self) -> None:
@@ -108,6 +142,11 @@ class TrainValGap(Detector):
         self._since: list[float] = []
         self._hist: list[float] = []  # the latest wobble_window log validation losses
         self._wobble = 0.0  # the largest rise among them, taken at the best
+        self._peak = 0.0  # the highest log validation since the best
+        self._fall = 0.0  # the largest fall from a peak since the best
+        self._prev: float | None = None  # the previous log validation
+        self._rises = 0  # validations in a row, up to the latest, that rose over the one before
+        self._run_train: float | None = None  # smoothed log train loss where that run of rises began
         self._last_step = -1
 
     @property
@@ -138,6 +177,12 @@ class TrainValGap(Detector):
             return None
         v = math.log(val)
         self._n += 1
+        if self._prev is not None and v > self._prev:
+            self._rises += 1
+        else:
+            self._rises = 0
+            self._run_train = self._train
+        self._prev = v
         if self._best is None or v < self._best - self._ld:
             self._wobble = _largest_rise(self._hist)
             self._push(v)
@@ -147,28 +192,38 @@ class TrainValGap(Detector):
             self._bad = 0
             self._fired = False
             self._since = [v]
+            self._peak = v
+            self._fall = 0.0
             return None
         self._push(v)
         self._bad += 1
         self._since.append(v)
         if len(self._since) > self.max_window:
             del self._since[0]
+        if v > self._peak:
+            self._peak = v
+        elif self._peak - v > self._fall:
+            self._fall = self._peak - v
         if self._fired or self._bad < self.patience or v - self._best < self._lr:
             return None
+        tr = self._train
+        if tr is None or self._best_train is None or tr > self._best_train - self._tf:
+            return None
         held = min(self._since[-self.patience:]) - self._best  # the rise the last `patience` all hold
-        if held <= self._wobble:
-            return None
-        if self._train is None or self._best_train is None or self._train > self._best_train - self._tf:
-            return None
-        if window_trend(self._since)[1] < self.threshold:
+        wobble = max(self._wobble, self._fall)
+        if held > wobble and window_trend(self._since)[1] >= self.threshold:
+            how = f"beyond its earlier wobble ({math.expm1(wobble) * 100:.2g}%)"
+        elif self._rises >= self.climb and self._run_train is not None and tr <= self._run_train - self._ctf:
+            how = (f"rising at each of the last {self._rises} evaluations as the train loss fell "
+                   f"{-math.expm1(tr - self._run_train) * 100:.3g}% over them (memorising)")
+        else:
             return None
         self._fired = True
         rise = math.expm1(v - self._best) * 100
-        fall = -math.expm1(self._train - self._best_train) * 100
+        fall = -math.expm1(tr - self._best_train) * 100
         msg = (f"val_loss {val:.4g} is {rise:.2g}% above its best {math.exp(self._best):.4g} "
-               f"(step {self._best_step}) after {self._bad} evaluations, beyond its earlier wobble "
-               f"({math.expm1(self._wobble) * 100:.2g}%), while the train loss fell {fall:.2g}%: "
-               f"restore the step-{self._best_step} checkpoint")
+               f"(step {self._best_step}) after {self._bad} evaluations, {how}, while the train loss "
+               f"fell {fall:.2g}% since the best: restore the step-{self._best_step} checkpoint")
         return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",
                           v - self._best, self._lr, msg)
 

@@ -1,0 +1,131 @@
+"""The TrainValGap detector on the real-run suite (``datasets/real``) and the synthetic suite.
+
+The real overfitting runs are small PyTorch trainings whose training set shrinks to a few dozen
+examples at the onset: the training loss then collapses (often by decades) while the validation
+loss, measured every 25 to 50 steps, stops improving and climbs, sometimes inside the range it
+meandered over while the model still generalised. The detector must catch them within the
+bench's window after the onset (the onset is the best validation), stay quiet on healthy runs
+(validation plateaus that meander while the train loss creeps down) and not fire before the
+onset of other faults. Rates are asserted over the suites, never per curve.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainsignals import Kind
+from trainsignals.bench import default_window
+from trainsignals.curves import load_suite
+from trainsignals.detectors import TrainValGap
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_scan_equivalence import close_state  # noqa: E402
+
+NO_CLIMB = {"climb": 10**9}  # the memorisation-climb route can never fire
+NO_BREAKOUT = {"threshold": 1e300}  # the break-out route can never fire
+
+
+def has_val(curve) -> bool:
+    return curve.val_steps is not None and len(curve.val_steps) > 0
+
+
+def events(curve, **kw):
+    det = TrainValGap(**kw)
+    return [e for e in det.scan(curve.loss, (curve.val_steps, curve.val_loss)) if e.kind == Kind.OVERFITTING]
+
+
+def caught(curve, **kw) -> bool:
+    hi = curve.onset_step + default_window("overfitting", len(curve.loss))
+    return any(curve.onset_step <= e.step <= hi for e in events(curve, **kw))
+
+
+def early(curve, **kw) -> bool:
+    return any(e.step < curve.onset_step for e in events(curve, **kw))
+
+
+@pytest.fixture(scope="module")
+def real():
+    return [c for c in load_suite("datasets/real") if has_val(c)]
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    return [c for c in load_suite() if has_val(c)]
+
+
+def of_kind(curves, kind):
+    return [c for c in curves if str(c.kind) == kind]
+
+
+def faulty(curves):
+    return [c for c in curves if str(c.kind) not in ("healthy", "overfitting")]
+
+
+def test_real_overfitting_runs_are_caught_within_the_window(real):
+    runs = of_kind(real, "overfitting")
+    assert len(runs) >= 10
+    rate = np.mean([caught(c) for c in runs])
+    assert rate >= 0.9, rate
+
+
+def test_the_memorisation_climb_catches_what_the_break_out_misses(real):
+    runs = of_kind(real, "overfitting")
+    both = np.mean([caught(c) for c in runs])
+    breakout_only = np.mean([caught(c, **NO_CLIMB) for c in runs])
+    climb_only = np.mean([caught(c, **NO_BREAKOUT) for c in runs])
+    assert both > breakout_only, (both, breakout_only)
+    assert climb_only > 0
+
+
+def test_healthy_runs_stay_quiet(real, synthetic):
+    real_rate = np.mean([bool(events(c)) for c in of_kind(real, "healthy")])
+    assert real_rate <= 0.02, real_rate
+    assert not any(events(c) for c in of_kind(synthetic, "healthy"))
+
+
+def test_the_memorisation_climb_alone_never_fires_on_healthy_runs_or_before_an_onset(real, synthetic):
+    for curves in (real, synthetic):
+        assert not any(events(c, **NO_BREAKOUT) for c in of_kind(curves, "healthy"))
+        assert not any(early(c, **NO_BREAKOUT) for c in faulty(curves))
+
+
+def test_no_alarm_before_the_onset_of_other_faults(real, synthetic):
+    assert np.mean([early(c) for c in faulty(real)]) <= 0.02
+    assert not any(early(c) for c in faulty(synthetic))
+
+
+def test_the_event_names_the_best_validation_and_the_route(real):
+    for c in of_kind(real, "overfitting"):
+        for e in events(c):
+            assert e.onset_step in set(c.val_steps.tolist())
+            assert e.onset_step < e.step
+            assert "restore the step-" in e.message
+            assert ("beyond its earlier wobble" in e.message) != ("rising at each of the last" in e.message)
+
+
+@pytest.mark.parametrize("kind", ["overfitting", "healthy"])
+def test_scan_matches_update_on_real_runs(real, kind):
+    for c in of_kind(real, kind)[:6]:
+        batch = TrainValGap()
+        got = batch.scan(c.loss, (c.val_steps, c.val_loss))
+        stream = TrainValGap()
+        val = dict(zip(c.val_steps.tolist(), c.val_loss.tolist()))
+        want = [e for s, x in enumerate(c.loss.tolist()) if (e := stream.update(x, val.get(s), step=s))]
+        assert [(e.step, e.onset_step, e.message) for e in got] == [(e.step, e.onset_step, e.message) for e in want]
+        assert close_state(batch.state_dict(), stream.state_dict())
+
+
+@pytest.mark.parametrize("kw, name", [
+    ({"climb": 1}, "climb"),
+    ({"climb": 2.5}, "climb"),
+    ({"climb_train_fall": 0.0}, "climb_train_fall"),
+    ({"climb_train_fall": 1.0}, "climb_train_fall"),
+    ({"climb_train_fall": float("nan")}, "climb_train_fall"),
+])
+def test_bad_climb_config_names_the_parameter(kw, name):
+    with pytest.raises(ValueError, match=name):
+        TrainValGap(**kw)
