@@ -11,6 +11,8 @@ column                    type                                meaning
 ``loss`` ... ``val_loss`` float64                             null: not measured at this step;
                                                               NaN/±inf: measured, non-finite
 ``layer_grad_norms``      list<float64>                       in the order of ``layer_names``
+``layer_update_ratios``   list<float64>                       per-layer ``‖Δw‖/‖w‖``, in the order
+                                                              of ``layer_names`` (see below)
 ``act_dead_frac``         list<float64>                       in the order of ``act_layer_names``
 ``act_saturation``        list<float64>                       in the order of ``act_layer_names``
 ``events``                list<struct<kind, severity, ...>>   the events raised at the step
@@ -20,6 +22,12 @@ The scalar columns are ``loss``, ``grad_norm``, ``lr``, ``update_ratio`` and ``v
 schema metadata holds ``trainsignals.format`` (``trace``), ``trainsignals.format_version``,
 ``trainsignals.version``, ``trainsignals.metadata`` (JSON of the run's metadata) and the layer
 names (``trainsignals.layer_names``, ``trainsignals.act_layer_names``, JSON lists).
+
+``layer_grad_norms`` and ``layer_update_ratios`` share ``layer_names`` (the adapters measure both
+over the same layers); a writer given either over other layers raises ``ValueError``. Traces
+written before ``layer_update_ratios`` existed have no such column: they read (``read_trace``
+adds it, all null) and replay as runs that never measured it. The column is an addition that
+older readers ignore, so the format version stays 1.
 
 Write with :class:`TraceWriter` (``Monitor(recorder=TraceWriter(path))`` records every update
 and scan) or :func:`write_trace` (whole arrays); read with :func:`read_trace`, and replay with
@@ -68,7 +76,9 @@ TRACE_SCHEMA_VERSION = 1
 
 SCALAR_COLUMNS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
 DENSE_SIGNALS = ("loss", "grad_norm", "lr", "update_ratio")
-LIST_COLUMNS = ("layer_grad_norms", "act_dead_frac", "act_saturation")
+LIST_COLUMNS = ("layer_grad_norms", "layer_update_ratios", "act_dead_frac", "act_saturation")
+LAYER_COLUMNS = ("layer_grad_norms", "layer_update_ratios")  # per-layer signals over ``layer_names``
+_OPTIONAL_COLUMNS = ("layer_update_ratios",)  # columns that traces written before them lack
 ACT_STATS = ("dead_frac", "saturation")
 _ALL_ACT_STATS = ("dead_frac", "saturation", "mean", "var", "min", "max")
 
@@ -166,7 +176,7 @@ def trace_schema(
     """The Arrow schema of a trace (see the module docstring for the columns).
 
     Args:
-        layer_names: Names of the ``layer_grad_norms`` entries, in order.
+        layer_names: Names of the ``layer_grad_norms`` and ``layer_update_ratios`` entries, in order.
         act_layer_names: Names of the ``act_dead_frac`` / ``act_saturation`` entries, in order.
         metadata: The run's metadata (framework, model, config...), JSON-serialisable.
 
@@ -594,12 +604,14 @@ class TraceWriter:
 
     The layer names are taken from ``layer_names`` / ``act_layer_names``, else from the first
     row that has per-layer values; a later row with another layer set raises ``ValueError``.
+    ``layer_grad_norms`` and ``layer_update_ratios`` are recorded over the same layers
+    (``layer_names``): ratios over other layers raise ``ValueError``.
 
     Args:
         path: The file to write (created or overwritten; its folder must exist).
         metadata: The run's metadata (framework, model, config...), JSON-serialisable.
         flush_every: Rows buffered before a record batch is written, >= 1.
-        layer_names: Names of the ``layer_grad_norms`` entries, in order.
+        layer_names: Names of the ``layer_grad_norms`` and ``layer_update_ratios`` entries, in order.
         act_layer_names: Names of the layers whose activation statistics are recorded.
         fsync: Also ``os.fsync`` at each flush (survives a power cut, slower); a flush
             without it survives the process being killed.
@@ -621,6 +633,20 @@ class TraceWriter:
         ([2.5, 2.0, inf], [None, None, 3.0])
         >>> t.column("layer_grad_norms").to_pylist()
         [[1.0, 0.5], None, None]
+
+        Per-layer update ratios go in the order of the trace's layers:
+
+        >>> with TraceWriter(path, layer_names=["fc1", "fc2"]) as w:
+        ...     w.write(0, layer_grad_norms=[1.0, 0.5], layer_update_ratios={"fc1": 1e-3, "fc2": 2e-3})
+        ...     w.write(1, layer_update_ratios=[1e-3, 1e-9])
+        >>> read_trace(path).column("layer_update_ratios").to_pylist()
+        [[0.001, 0.002], [0.001, 1e-09]]
+        >>> w = TraceWriter(path, layer_names=["fc1", "fc2"])
+        >>> w.write(0, layer_update_ratios={"fc2": 1e-3, "head": 1e-3})
+        Traceback (most recent call last):
+        ...
+        ValueError: layer_update_ratios layers differ from the trace's layer_names: the trace has ['fc1', 'fc2'], got ['fc2', 'head'] (the per-layer update ratios are recorded over the layers of layer_grad_norms)
+        >>> w.close()
     """
 
     def __init__(
@@ -657,7 +683,9 @@ class TraceWriter:
         self._auto: dict[int, tuple[str, ...]] = {}
         self._ok_layers: Any = _UNSET  # the last names object accepted (an identity check per row)
         self._ok_acts: Any = _UNSET
+        self._ok_ratios: Any = _UNSET
         self._b_lbuf: np.ndarray | None = None  # (flush_every, layers), reused between flushes
+        self._b_rbuf: np.ndarray | None = None  # (flush_every, layers): the update ratios
         self._b_abuf: np.ndarray | None = None  # (flush_every, 2, layers)
         self._clear()
         self._closed = False
@@ -674,6 +702,7 @@ class TraceWriter:
         self._b_ratio: list[float | None] = []
         self._b_val: list[float | None] = []
         self._b_lpos: list[int] = []  # rows with layer grad norms; their values in _b_lbuf[:k]
+        self._b_rpos: list[int] = []  # rows with layer update ratios; their values in _b_rbuf[:k]
         self._b_apos: list[int] = []  # rows with activation statistics; values in _b_abuf[:k]
         self._b_events: list[tuple[int, Sequence[Event]]] = []  # (row, events) of rows with events
 
@@ -684,6 +713,15 @@ class TraceWriter:
                 raise ValueError(f"layer_grad_norms has {width} values, the trace has {buf.shape[1]} layers"
                                  if buf is not None else "layer_grad_norms width changed")
             buf = self._b_lbuf = np.empty((self.flush_every, width))
+        return buf
+
+    def _ratio_buf(self, width: int) -> np.ndarray:
+        buf = self._b_rbuf
+        if buf is None or buf.shape[1] != width:
+            if self._b_rpos:
+                raise ValueError(f"layer_update_ratios has {width} values, the trace has {buf.shape[1]} layers"
+                                 if buf is not None else "layer_update_ratios width changed")
+            buf = self._b_rbuf = np.empty((self.flush_every, width))
         return buf
 
     def _act_buf(self, width: int) -> np.ndarray:
@@ -717,7 +755,7 @@ class TraceWriter:
 
     @property
     def layer_names(self) -> tuple[str, ...] | None:
-        """The ``layer_grad_norms`` names (None until given or seen)."""
+        """The ``layer_grad_norms`` / ``layer_update_ratios`` names (None until given or seen)."""
         return self._layer_names
 
     @property
@@ -754,23 +792,28 @@ class TraceWriter:
 
     def _resolve(self, kind: str, names: tuple[str, ...] | None, width: int) -> tuple[str, ...]:
         """The names of a per-layer row of ``width`` values; learns them or checks them."""
-        current = self._layer_names if kind == "layer_grad_norms" else self._act_names
-        if names is None or (current is not None and names == self._auto_names(width)):
-            # unnamed values (or the Monitor's default names): the trace's names when the width fits
-            if current is not None and len(current) == width:
-                return current
-            names = self._auto_names(width)
-        if current is None:
-            if kind == "layer_grad_norms":
-                self._layer_names = names
-            else:
+        nm = self._check_width(kind, names, width)
+        self._learn(kind, nm)
+        return nm
+
+    def _learn(self, kind: str, names: tuple[str, ...] | None) -> None:
+        """Adopt checked layer names (``kind``: a per-layer column, or ``activations``) if none yet."""
+        if names is None:
+            return
+        if kind == "activations":
+            if self._act_names is None:
                 self._act_names = names
-            return names
-        if names is not current and names != current:
-            what = "layer_grad_norms" if kind == "layer_grad_norms" else "activations"
-            raise ValueError(f"{what} layers changed: the trace has {list(current)}, got {list(names)} "
-                             "(a trace holds one layer set; pass layer_names= or start a new trace)")
-        return current
+        elif self._layer_names is None:
+            self._layer_names = names
+
+    def _check_layers(self, grad: tuple[Any, int] | None, ratios: tuple[Any, int] | None) -> tuple[str, ...] | None:
+        """The layer names of ``(names or None, width)`` grad norms and update ratios recorded together:
+        checked against the trace's and against each other, not yet learned (None: neither given)."""
+        g = None if grad is None else self._check_width("layer_grad_norms", grad[0], grad[1])
+        if ratios is None:
+            return g
+        current = self._layer_names if self._layer_names is not None else g
+        return self._check_width("layer_update_ratios", ratios[0], ratios[1], current)
 
     # -- recording -----------------------------------------------------------------------
     def record(
@@ -781,6 +824,7 @@ class TraceWriter:
         layer_grad_norms: tuple[np.ndarray, tuple[str, ...]] | None,
         activations: tuple[np.ndarray, tuple[str, ...]] | None,
         events: Sequence[Event],
+        layer_update_ratios: tuple[np.ndarray, tuple[str, ...]] | None = None,
     ) -> None:
         """One update of a Monitor (the :class:`trainsignals.Recorder` protocol): one row.
 
@@ -790,6 +834,10 @@ class TraceWriter:
             layer_grad_norms: ``(vector, layer names)`` or None.
             activations: ``(matrix (2, layers): dead_frac, saturation rows; layer names)`` or None.
             events: The events raised at this step.
+            layer_update_ratios: ``(vector, layer names)`` or None; the layers of ``layer_grad_norms``.
+
+        Raises:
+            ValueError: the writer is closed, or the layers differ from the trace's.
         """
         if self._closed:
             self._check_open()
@@ -798,15 +846,14 @@ class TraceWriter:
                 signals = {k2: to_float(k2, v2) for k2, v2 in signals.items()}
                 break
         row = len(self._b_step)
-        if layer_grad_norms is not None:
-            vec, names = layer_grad_norms
-            if names is not self._layer_names and names is not self._ok_layers:
-                self._resolve("layer_grad_norms", tuple(names) if names is not None else None, len(vec))
-                self._ok_layers = names
-            buf = self._b_lbuf
-            if buf is None or buf.shape[1] != len(vec):
-                buf = self._layer_buf(len(vec))
-            buf[len(self._b_lpos)] = vec
+        learn: tuple[str, ...] | None = None
+        if (layer_grad_norms is not None and layer_grad_norms[1] is not self._layer_names
+                and layer_grad_norms[1] is not self._ok_layers) or (
+                layer_update_ratios is not None and layer_update_ratios[1] is not self._layer_names
+                and layer_update_ratios[1] is not self._ok_ratios):
+            learn = self._check_layers(
+                None if layer_grad_norms is None else (layer_grad_norms[1], len(layer_grad_norms[0])),
+                None if layer_update_ratios is None else (layer_update_ratios[1], len(layer_update_ratios[0])))
         if activations is not None:
             mat, anames = activations
             mat = np.asarray(mat, dtype=np.float64)
@@ -816,9 +863,28 @@ class TraceWriter:
                 self._resolve("activations", tuple(anames) if anames is not None else None, mat.shape[1])
                 self._ok_acts = anames
             self._act_buf(mat.shape[1])[len(self._b_apos)] = mat
-            self._b_apos.append(row)
+        if learn is not None:  # every check passed
+            self._learn("layer_grad_norms", learn)
+            if layer_grad_norms is not None and layer_grad_norms[1] is not None:
+                self._ok_layers = layer_grad_norms[1]
+            if layer_update_ratios is not None and layer_update_ratios[1] is not None:
+                self._ok_ratios = layer_update_ratios[1]
         if layer_grad_norms is not None:
+            vec = layer_grad_norms[0]
+            buf = self._b_lbuf
+            if buf is None or buf.shape[1] != len(vec):
+                buf = self._layer_buf(len(vec))
+            buf[len(self._b_lpos)] = vec
             self._b_lpos.append(row)
+        if layer_update_ratios is not None:
+            vec = layer_update_ratios[0]
+            buf = self._b_rbuf
+            if buf is None or buf.shape[1] != len(vec):
+                buf = self._ratio_buf(len(vec))
+            buf[len(self._b_rpos)] = vec
+            self._b_rpos.append(row)
+        if activations is not None:
+            self._b_apos.append(row)
         self._b_step.append(int(step))
         self._b_wall.append(_now())
         get = signals.get
@@ -845,6 +911,7 @@ class TraceWriter:
         activations: Any = None,
         events: Iterable[Event | Mapping[str, Any]] = (),
         wall_time: float | None = None,
+        layer_update_ratios: Any = None,
     ) -> None:
         """Record one row by hand (the signals measured at ``step``; None: not measured).
 
@@ -860,6 +927,8 @@ class TraceWriter:
                 ``{"dead_frac": vector, "saturation": vector}`` in the trace's layer order.
             events: Events (or their ``to_dict()`` dicts) raised at this step.
             wall_time: Seconds since the epoch (default: now).
+            layer_update_ratios: Per-layer ``‖Δw‖/‖w‖``: ``{name: value}``, or a sequence/array in
+                the trace's layer order; the layers of ``layer_grad_norms``.
 
         Raises:
             TypeError: a signal is not a number (the message names it).
@@ -878,20 +947,28 @@ class TraceWriter:
             update_ratio = to_float("update_ratio", update_ratio)
         if val_loss is not None and type(val_loss) is not float:
             val_loss = to_float("val_loss", val_loss)
-        lg = None
+        lg = lr_ = None
+        gspec: tuple[tuple[str, ...] | None, int] | None = None  # (names or None, width) to check
+        rspec: tuple[tuple[str, ...] | None, int] | None = None
+        current = self._layer_names
         if layer_grad_norms is not None:
-            current = self._layer_names
             if (type(layer_grad_norms) is np.ndarray and layer_grad_norms.ndim == 1
                     and current is not None and len(current) == len(layer_grad_norms)):
                 lg = layer_grad_norms  # the fast path: a vector in the trace's layer order
             elif isinstance(layer_grad_norms, Mapping):
-                vec, names = as_named_vector("layer_grad_norms", layer_grad_norms, None)
-                self._resolve("layer_grad_norms", names, len(vec))
+                lg, names = as_named_vector("layer_grad_norms", layer_grad_norms, None)
+                gspec = (names, len(lg))
             else:
-                vec, _ = as_named_vector("layer_grad_norms", layer_grad_norms, self._layer_names)
-                self._resolve("layer_grad_norms", None, len(vec))
-            if lg is None:
-                lg = vec
+                lg, _ = as_named_vector("layer_grad_norms", layer_grad_norms, current)
+                gspec = (None, len(lg))
+        if layer_update_ratios is not None:
+            if (type(layer_update_ratios) is np.ndarray and layer_update_ratios.ndim == 1
+                    and current is not None and len(current) == len(layer_update_ratios)):
+                lr_ = layer_update_ratios
+            else:
+                lr_, rnames = as_named_vector("layer_update_ratios", layer_update_ratios, None)
+                rspec = (rnames if isinstance(layer_update_ratios, Mapping) else None, len(lr_))
+        learn = self._check_layers(gspec, rspec) if gspec is not None or rspec is not None else None
         ac = None
         if activations is not None:
             stats, anames = _acts_input(
@@ -905,10 +982,14 @@ class TraceWriter:
             self._resolve("activations", anames, width)
         evs = tuple(_as_event(e) for e in events) if events else ()
         wt = _now() if wall_time is None else to_float("wall_time", wall_time)
+        self._learn("layer_grad_norms", learn)  # every check passed
         row = len(self._b_step)
         if lg is not None:
             self._layer_buf(len(lg))[len(self._b_lpos)] = lg
             self._b_lpos.append(row)
+        if lr_ is not None:
+            self._ratio_buf(len(lr_))[len(self._b_rpos)] = lr_
+            self._b_rpos.append(row)
         if ac is not None:
             self._act_buf(ac.shape[1])[len(self._b_apos)] = ac
             self._b_apos.append(row)
@@ -933,6 +1014,7 @@ class TraceWriter:
         layer_grad_norms: tuple[np.ndarray, np.ndarray, tuple[str, ...] | None] | None,
         activations: tuple[np.ndarray, Mapping[str, Any]] | None,
         events: Sequence[Event],
+        layer_update_ratios: tuple[np.ndarray, np.ndarray, tuple[str, ...] | None] | None = None,
     ) -> None:
         """One ``scan`` of a Monitor (the :class:`trainsignals.Recorder` protocol).
 
@@ -948,6 +1030,11 @@ class TraceWriter:
             layer_grad_norms: ``(steps, matrix (n, layers), names or None)`` or None.
             activations: ``(steps, {layer: {stat: array}})`` or None.
             events: The events the scan raised (each lands on the row of its step).
+            layer_update_ratios: ``(steps, matrix (n, layers), names or None)`` or None; the layers
+                of ``layer_grad_norms``.
+
+        Raises:
+            ValueError: the writer is closed, lengths disagree, or the layers differ from the trace's.
         """
         self._check_open()
         st = _steps_input("steps", steps)
@@ -966,12 +1053,15 @@ class TraceWriter:
             if len(vv) != len(vst):
                 raise ValueError(f"val_loss has {len(vv)} values for {len(vst)} steps")
             sparse["val_loss"] = (vst, vv) if vvalid is None else (vst[vvalid], vv[vvalid])
-        lnames = anames = None
-        if layer_grad_norms is not None:
-            lst_raw, lmat_raw, lnames_raw = layer_grad_norms
-            lmat, lvalid, _ = _matrix_input("layer_grad_norms", lmat_raw, None)
-            lnames = self._check_width("layer_grad_norms", lnames_raw, lmat.shape[1])
-            self._place("layer_grad_norms", lst_raw, steps, st, lmat, lvalid, aligned, sparse)
+        anames = None
+        specs: dict[str, tuple[Any, int]] = {}
+        for col, given in (("layer_grad_norms", layer_grad_norms), ("layer_update_ratios", layer_update_ratios)):
+            if given is not None:
+                src_steps, mat_raw, names_raw = given
+                mat, valid, _ = _matrix_input(col, mat_raw, None)
+                specs[col] = (names_raw, mat.shape[1])
+                self._place(col, src_steps, steps, st, mat, valid, aligned, sparse)
+        lnames = self._check_layers(specs.get("layer_grad_norms"), specs.get("layer_update_ratios"))
         if activations is not None:
             ast_raw, amap = activations
             stats, an = _acts_input(amap, None)
@@ -982,25 +1072,34 @@ class TraceWriter:
                     self._place(f"act_{stat}", ast_raw, steps, st, mat, valid, aligned, sparse)
         block = _Block(st, aligned, sparse, list(events), _now())
         # every check passed: learn the names, then write
-        if lnames is not None:
-            self._resolve("layer_grad_norms", lnames, len(lnames))
+        self._learn("layer_grad_norms", lnames)
         if anames is not None:
             self._resolve("activations", anames, len(anames))
         self.flush()
         self._write_block(block)
 
-    def _check_width(self, kind: str, names: Any, width: int) -> tuple[str, ...]:
-        """The names a per-layer matrix will be recorded under (checked, not yet learned)."""
-        current = self._layer_names if kind == "layer_grad_norms" else self._act_names
+    def _check_width(self, kind: str, names: Any, width: int, current: Any = _UNSET) -> tuple[str, ...]:
+        """The names a per-layer row or matrix of ``width`` values will be recorded under (checked, not yet
+        learned) against ``current`` (default: the trace's names for ``kind``)."""
+        if current is _UNSET:
+            current = self._act_names if kind == "activations" else self._layer_names
+        cur: tuple[str, ...] | None = current
         nm = tuple(str(x) for x in names) if names is not None else None
         if nm is not None and len(nm) != width:
             raise ValueError(f"{kind} has {width} layers but {len(nm)} names")
-        if nm is None or (current is not None and nm == self._auto_names(width)):
-            nm = current if current is not None and len(current) == width else self._auto_names(width)
-        if current is not None and nm != current:
-            raise ValueError(f"{kind} layers changed: the trace has {list(current)}, got {list(nm)} "
+        if nm is None or (cur is not None and nm == self._auto_names(width)):
+            # unnamed values (or the Monitor's default names): the trace's names when the width fits
+            nm = cur if cur is not None and len(cur) == width else self._auto_names(width)
+        if cur is None:
+            return nm
+        if nm is not cur and nm != cur:
+            if kind == "layer_update_ratios":
+                raise ValueError(f"layer_update_ratios layers differ from the trace's layer_names: the trace has "
+                                 f"{list(cur)}, got {list(nm)} (the per-layer update ratios are recorded "
+                                 "over the layers of layer_grad_norms)")
+            raise ValueError(f"{kind} layers changed: the trace has {list(cur)}, got {list(nm)} "
                              "(a trace holds one layer set; pass layer_names= or start a new trace)")
-        return nm
+        return cur
 
     @staticmethod
     def _place(col: str, src_steps: Any, steps_obj: Any, steps: np.ndarray, mat: np.ndarray, valid: np.ndarray,
@@ -1089,12 +1188,13 @@ class TraceWriter:
         cols: list[pa.Array] = [pa.array(self._b_step, type=pa.int64()), pa.array(self._b_wall, type=pa.float64())]
         for col in (self._b_loss, self._b_grad, self._b_lr, self._b_ratio, self._b_val):  # SCALAR_COLUMNS order
             cols.append(pa.array(col, type=pa.float64()))
-        k = len(self._b_lpos)
-        if k:
-            assert self._b_lbuf is not None
-            cols.append(_list_column(m, np.array(self._b_lpos, dtype=np.int64), self._b_lbuf[:k]))
-        else:
-            cols.append(pa.nulls(m, _F64_LIST))
+        for pos, lbuf in ((self._b_lpos, self._b_lbuf), (self._b_rpos, self._b_rbuf)):  # LAYER_COLUMNS order
+            k = len(pos)
+            if k:
+                assert lbuf is not None
+                cols.append(_list_column(m, np.array(pos, dtype=np.int64), lbuf[:k]))
+            else:
+                cols.append(pa.nulls(m, _F64_LIST))
         k = len(self._b_apos)
         if k:
             assert self._b_abuf is not None
@@ -1165,6 +1265,7 @@ def write_trace(
     layer_names: Sequence[str] | None = None,
     act_layer_names: Sequence[str] | None = None,
     flush_every: int = 10_000,
+    layer_update_ratios: Any = None,
 ) -> int:
     """Write a whole run at once (importers, ``trainsignals convert``); the keywords of ``Monitor.scan``.
 
@@ -1191,9 +1292,11 @@ def write_trace(
         events: Events (or ``to_dict()`` dicts); each lands on the first row of its step.
         wall_time: Seconds since the epoch, aligned with ``step`` (default: null).
         metadata: The run's metadata (framework, model, config...), JSON-serialisable.
-        layer_names: Names of unnamed ``layer_grad_norms`` columns.
+        layer_names: Names of unnamed ``layer_grad_norms`` / ``layer_update_ratios`` columns.
         act_layer_names: Names of unnamed activation columns.
         flush_every: Rows per record batch.
+        layer_update_ratios: Per-layer ``‖Δw‖/‖w‖``, in the forms of ``layer_grad_norms`` and
+            over the same layers.
 
     Returns:
         The number of rows written (the steps of ``step`` plus those only a sparse signal or
@@ -1201,7 +1304,8 @@ def write_trace(
 
     Raises:
         TypeError: a signal is not numeric (the message names it).
-        ValueError: lengths disagree, a bad path or parameter.
+        ValueError: lengths disagree, the per-layer signals' layers differ, a bad path or
+            parameter.
 
     Example:
         >>> import math, os, tempfile
@@ -1223,7 +1327,8 @@ def write_trace(
         n = _write_whole(tmp, step=step, loss=loss, grad_norm=grad_norm, lr=lr, update_ratio=update_ratio,
                          val_loss=val_loss, layer_grad_norms=layer_grad_norms, activations=activations,
                          events=events, wall_time=wall_time, metadata=metadata, layer_names=layer_names,
-                         act_layer_names=act_layer_names, flush_every=flush_every)
+                         act_layer_names=act_layer_names, flush_every=flush_every,
+                         layer_update_ratios=layer_update_ratios)
         os.replace(tmp, final)  # all or nothing: a failed import leaves no half-written trace
     except BaseException:
         try:
@@ -1237,7 +1342,7 @@ def write_trace(
 def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, update_ratio: Any, val_loss: Any,
                  layer_grad_norms: Any, activations: Any, events: Iterable[Event | Mapping[str, Any]],
                  wall_time: Any, metadata: Mapping[str, Any] | None, layer_names: Sequence[str] | None,
-                 act_layer_names: Sequence[str] | None, flush_every: int) -> int:
+                 act_layer_names: Sequence[str] | None, flush_every: int, layer_update_ratios: Any) -> int:
     with TraceWriter(path, metadata=metadata, flush_every=flush_every, layer_names=layer_names,
                      act_layer_names=act_layer_names) as w:
         st = _steps_input("step", step)
@@ -1264,15 +1369,19 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
             wall = _column_input("wall_time", wall_time)
             if len(wall[0]) != n:
                 raise ValueError(f"wall_time has {len(wall[0])} values for {n} steps")
-        lnames = anames = None
-        if layer_grad_norms is not None:
-            if _is_pair(layer_grad_norms):
-                src_steps, value = layer_grad_norms
+        anames = None
+        specs: dict[str, tuple[Any, int]] = {}
+        for col, given in (("layer_grad_norms", layer_grad_norms), ("layer_update_ratios", layer_update_ratios)):
+            if given is None:
+                continue
+            if _is_pair(given):
+                src_steps, value = given
             else:
-                src_steps, value = st, layer_grad_norms
-            mat, valid, nm = _matrix_input("layer_grad_norms", value, n)
-            lnames = w._check_width("layer_grad_norms", nm, mat.shape[1])
-            TraceWriter._place("layer_grad_norms", src_steps, st, st, mat, valid, aligned, sparse)
+                src_steps, value = st, given
+            mat, valid, nm = _matrix_input(col, value, n)
+            specs[col] = (nm, mat.shape[1])
+            TraceWriter._place(col, src_steps, st, st, mat, valid, aligned, sparse)
+        lnames = w._check_layers(specs.get("layer_grad_norms"), specs.get("layer_update_ratios"))
         if activations is not None:
             if _is_pair(activations) and not isinstance(activations, Mapping):
                 src_steps, amap = activations
@@ -1286,8 +1395,7 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
                     TraceWriter._place(f"act_{stat}", src_steps, st, st, mat, valid, aligned, sparse)
         evs = [_as_event(e) for e in events]
         block = _Block(st, aligned, sparse, evs, wall)
-        if lnames is not None:
-            w._resolve("layer_grad_norms", lnames, len(lnames))
+        w._learn("layer_grad_norms", lnames)
         if anames is not None:
             w._resolve("activations", anames, len(anames))
         w._write_block(block)
@@ -1329,6 +1437,8 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
         for f in _EXPECTED_FIELDS:
             i = schema.get_field_index(f.name)
             if i < 0:
+                if f.name in _OPTIONAL_COLUMNS:  # written before the column existed
+                    continue
                 raise TraceFormatError(f"{where}: trace without a {f.name!r} column")
             t = schema.field(i).type
             if f.name == "events":  # compare names and types, not nullability
@@ -1372,7 +1482,8 @@ def read_trace(path: str | os.PathLike[str]) -> pa.Table:
         path: The trace file.
 
     Returns:
-        A ``pyarrow.Table`` in the trace schema (no rows for an empty trace).
+        A ``pyarrow.Table`` in the trace schema (no rows for an empty trace). A column that
+        traces written before it existed lack (``layer_update_ratios``) is added, all null.
 
     Raises:
         TraceFormatError: the file is not a trace (not an Arrow stream, or an Arrow stream
@@ -1427,7 +1538,21 @@ def read_trace(path: str | os.PathLike[str]) -> pa.Table:
         msg = (f"{where}: trace damaged after byte {good_end} of {size} ({damage}); "
                f"recovered {rows} records in {len(batches)} complete record batches")
         warnings.warn(TraceDamagedWarning(msg, where, rows, len(batches), good_end), stacklevel=2)
-    return pa.Table.from_batches(batches, schema=schema)
+    return _with_optional_columns(pa.Table.from_batches(batches, schema=schema))
+
+
+def _with_optional_columns(table: pa.Table) -> pa.Table:
+    """The table with the columns of an older trace's missing optional columns added, all null, in
+    their place in the current schema (the schema metadata is kept)."""
+    for name in _OPTIONAL_COLUMNS:
+        if table.schema.get_field_index(name) < 0:
+            order = [f.name for f in _EXPECTED_FIELDS]
+            at = order.index(name)
+            before = [table.schema.get_field_index(c) for c in order[:at]]
+            pos = max(before) + 1 if before else 0
+            field = _EXPECTED_FIELDS[at]
+            table = table.add_column(pos, field, pa.nulls(table.num_rows, field.type))
+    return table
 
 
 def _schema_of(table_or_path: pa.Table | pa.Schema | str | os.PathLike[str]) -> pa.Schema:
@@ -1521,10 +1646,10 @@ def trace_signals(table: pa.Table | str | os.PathLike[str]) -> dict[str, Any]:
     ``step`` is an int64 array; the dense signals (``loss``, ``grad_norm``, ``lr``,
     ``update_ratio``) are pyarrow arrays keeping their nulls (null: not measured at that step;
     NaN: measured non-finite); ``val_loss`` is ``(steps, values)`` of its measured rows;
-    ``layer_grad_norms`` is ``(steps, {name: array})`` and ``activations`` is
+    ``layer_grad_norms`` and ``layer_update_ratios`` are ``(steps, {name: array})`` and ``activations`` is
     ``(steps, {layer: {"dead_frac": array, "saturation": array}})`` of their measured rows
     (a statistic missing on a row where the other was measured is NaN). A signal never
-    measured is left out.
+    measured (or a column the trace predates) is left out.
 
     Args:
         table: A table from :func:`read_trace` (or a trace file, read with it).
@@ -1554,12 +1679,15 @@ def trace_signals(table: pa.Table | str | os.PathLike[str]) -> dict[str, Any]:
         valid = _valid_mask(col)
         vals = np.asarray(col.filter(pa.array(valid)).to_numpy(zero_copy_only=False), dtype=np.float64)
         out["val_loss"] = (steps[valid], vals)
-    col = table.column("layer_grad_norms").combine_chunks()
-    if col.null_count < len(col):
-        valid = _valid_mask(col)
-        mat = _list_matrix(col, valid, "layer_grad_norms")
-        names = _layer_names_for(info["layer_names"], mat.shape[1])
-        out["layer_grad_norms"] = (steps[valid], {nm: mat[:, j].copy() for j, nm in enumerate(names)})
+    for name in LAYER_COLUMNS:
+        if name not in table.column_names:  # a trace written before the column existed
+            continue
+        col = table.column(name).combine_chunks()
+        if col.null_count < len(col):
+            valid = _valid_mask(col)
+            mat = _list_matrix(col, valid, name)
+            names = _layer_names_for(info["layer_names"], mat.shape[1])
+            out[name] = (steps[valid], {nm: mat[:, j].copy() for j, nm in enumerate(names)})
     dead = table.column("act_dead_frac").combine_chunks()
     sat = table.column("act_saturation").combine_chunks()
     if dead.null_count < len(dead) or sat.null_count < len(sat):
