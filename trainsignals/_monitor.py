@@ -82,6 +82,8 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 _SCALARS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
 _NONNEG = ("grad_norm", "lr", "update_ratio")
 _NAN = float("nan")
+# how Monitor.update calls a detector
+_NONFINITE, _ONE, _OPTIONAL, _OPTIONAL3, _OVERFIT, _VECTOR, _PAIR = range(7)
 
 
 @lru_cache(maxsize=256)
@@ -222,8 +224,45 @@ class Monitor:
             except ValueError as exc:
                 raise ValueError(f"{name}.{exc}") from exc
             self._plan.append((name, det, sigs))
+        # the streaming path's plan: (how to call, bound _step or the detector, its signals);
+        # bound methods looked up once keep the hot loop free of attribute lookups
+        self._calls: list[tuple[int, Any, tuple[str, ...]]] = []
+        for name, det, sigs in self._plan:
+            if isinstance(det, NonFinite):
+                self._calls.append((_NONFINITE, det, sigs))
+            elif len(sigs) == 1 and sigs[0] in _SCALARS:
+                self._calls.append((_ONE, det._step, sigs))
+            elif name in _OPTIONAL_SECOND:
+                self._calls.append((_OPTIONAL if len(sigs) == 2 else _OPTIONAL3, det._step, sigs))
+            elif name == "overfitting":
+                self._calls.append((_OVERFIT, det, sigs))
+            elif len(sigs) == 1:
+                self._calls.append((_VECTOR, det, sigs))
+            else:
+                self._calls.append((_PAIR, det._step, sigs))
+        self._call_cache: dict[tuple[Any, ...], list[tuple[int, Any, tuple[str, ...]]]] = {}
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
+
+    def _calls_for(self, key: tuple[Any, ...]) -> list[tuple[int, Any, tuple[str, ...]]]:
+        """The calls of one combination of given signals (cached: runs feed few combinations)."""
+        *given, has_layers, has_ratios, has_acts = key
+        have = set(given)
+        have.update(name for name, flag in (("layer_grad_norms", has_layers), ("layer_update_ratios", has_ratios),
+                                            ("activations", has_acts)) if flag)
+        calls = []
+        for how, fn, sigs in self._calls:
+            if how in (_NONFINITE, _ONE, _OPTIONAL, _OPTIONAL3, _VECTOR):
+                use = sigs[0] in have
+            elif how == _OVERFIT:
+                use = "loss" in have or "val_loss" in have
+            else:
+                use = all(sg in have for sg in sigs)
+            if use:
+                calls.append((how, fn, sigs))
+        if len(self._call_cache) < 256:
+            self._call_cache[key] = calls
+        return calls
 
     # ------------------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -348,13 +387,16 @@ class Monitor:
                 if not isinstance(given, Event):
                     raise TypeError(f"events must hold trainsignals.Event objects, got {type(given).__name__}")
         vals: dict[str, float] = {}
-        for name, v in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr),
-                        ("update_ratio", update_ratio), ("val_loss", val_loss)):
+        if loss is not None:
+            vals["loss"] = loss if type(loss) is float else to_float("loss", loss)
+        for name, v in (("grad_norm", grad_norm), ("lr", lr), ("update_ratio", update_ratio)):
             if v is not None:
                 f = v if type(v) is float else to_float(name, v)
-                if f < 0.0 and name in _NONNEG:
+                if f < 0.0:
                     raise ValueError(f"{name} must be >= 0, got {f}")
                 vals[name] = f
+        if val_loss is not None:
+            vals["val_loss"] = val_loss if type(val_loss) is float else to_float("val_loss", val_loss)
         layers = None
         if layer_grad_norms is not None:
             det = self.detectors.get("layer_cliff")
@@ -373,44 +415,40 @@ class Monitor:
             acts = (det or ActivationHealth())._parse(activations)
         self._step = s
         out: list[Event] = []
-        for name, det, sigs in self._plan:
-            if len(sigs) == 1:
-                sig = sigs[0]
-                if sig in vals:
-                    ev = det._step(vals[sig], s)
-                elif sig == "layer_grad_norms" and layers is not None:
-                    if det._names is None:
-                        det._names = layers[1]
-                    ev = det._row(layers[0], s)
-                elif sig == "layer_update_ratios" and ratios is not None:
-                    if det._names is None:
-                        det._names = ratios[1]
-                    ev = det._row(ratios[0], s)
-                elif sig == "activations" and acts is not None:
-                    if det._names is None:
-                        det._names = acts[1]
-                    out.extend(det._sample(acts[0], s))
+        key = (*vals, layers is not None, ratios is not None, acts is not None)
+        calls = self._call_cache.get(key)
+        if calls is None:
+            calls = self._calls_for(key)
+        for how, fn, sigs in calls:  # only the detectors this step's signals reach
+            if how == _NONFINITE:  # NonFinite._step inlined for a finite value (most steps)
+                v = vals[sigs[0]]
+                if v - v == 0.0:
+                    fn._last_step = s
+                    fn._bad = False
                     continue
-                else:
-                    continue
-            elif name in _OPTIONAL_SECOND:
-                if sigs[0] not in vals:
-                    continue
-                if len(sigs) == 2:
-                    ev = det._step(vals[sigs[0]], vals.get(sigs[1], _NAN), s)
-                else:
-                    ev = det._step(vals[sigs[0]], vals.get(sigs[1], _NAN), vals.get(sigs[2], _NAN), s)
-            elif name == "overfitting":
-                if "loss" not in vals and "val_loss" not in vals:
-                    continue
-                det._last_step = s
+                ev = fn._step(v, s)
+            elif how == _ONE:
+                ev = fn(vals[sigs[0]], s)
+            elif how == _OPTIONAL:
+                ev = fn(vals[sigs[0]], vals.get(sigs[1], _NAN), s)
+            elif how == _OPTIONAL3:
+                ev = fn(vals[sigs[0]], vals.get(sigs[1], _NAN), vals.get(sigs[2], _NAN), s)
+            elif how == _PAIR:
+                ev = fn(vals[sigs[0]], vals[sigs[1]], s)
+            elif how == _OVERFIT:
+                fn._last_step = s
                 if "loss" in vals:
-                    det._learn_train(vals["loss"])
-                ev = det._val(vals["val_loss"], s) if "val_loss" in vals else None
-            else:
-                if sigs[0] not in vals or sigs[1] not in vals:
+                    fn._learn_train(vals["loss"])
+                ev = fn._val(vals["val_loss"], s) if "val_loss" in vals else None
+            else:  # per-layer inputs
+                got = layers if sigs[0] == "layer_grad_norms" else ratios if sigs[0] == "layer_update_ratios" else acts
+                assert got is not None
+                if fn._names is None:
+                    fn._names = got[1]
+                if sigs[0] == "activations":
+                    out.extend(fn._sample(got[0], s))
                     continue
-                ev = det._step(vals[sigs[0]], vals[sigs[1]], s)
+                ev = fn._row(got[0], s)
             if ev is not None:
                 out.append(ev)
         if "loss" in vals:

@@ -521,19 +521,26 @@ class EWMASpike(Detector):
     def _peaked(self, x: np.ndarray, z: np.ndarray, lim: int) -> int:
         """Index of the first outlier in ``x[:lim]`` that the peak rule makes anomalous, or ``lim``."""
         kk, w, r = self._k, self._peak_n, self._peak
-        out = (z[:lim] > kk) if self._up else np.zeros(lim, dtype=bool)
-        if self._dn:
-            out |= z[:lim] < -kk
-        for c in np.flatnonzero(out).tolist():
-            before = x[max(0, c - w):c].tolist()
-            if len(before) < w:
-                before = list(self._recent)[len(before) - w:] + before if self._recent else before
-            if not before:
+        zz = z[:lim]
+        up = (zz > kk) if self._up else np.zeros(lim, dtype=bool)
+        dn = (zz < -kk) if self._dn else np.zeros(lim, dtype=bool)
+        cs = np.flatnonzero(up | dn)
+        if not len(cs) or not self._recent:
+            return lim
+        # the ``w`` values before each outlier: the kept recent values, then this block's
+        rec = np.asarray(self._recent, dtype=np.float64)
+        pad = max(0, w - len(rec))
+        pos = cs + len(rec) + pad
+        xs = x[cs]
+        hit = np.zeros(len(cs), dtype=bool)
+        for side, fill, reduce in ((up, -np.inf, np.max), (dn, np.inf, np.min)):
+            sel = side[cs]
+            if not sel.any():
                 continue
-            v = float(x[c])
-            if (self._up and z[c] > kk and v >= r * max(before)) or (self._dn and z[c] < -kk and v * r <= min(before)):
-                return int(c)
-        return lim
+            ext = np.concatenate((np.full(pad, fill), rec, x[:lim]))
+            ref = reduce(np.lib.stride_tricks.sliding_window_view(ext, w)[pos[sel] - w], axis=1)
+            hit[sel] = xs[sel] >= r * ref if fill < 0 else xs[sel] * r <= ref
+        return int(cs[np.argmax(hit)]) if hit.any() else lim
 
     def _evidence(self, z: np.ndarray, lim: int) -> tuple[int, float]:
         """Run the CUSUM over ``z[:lim]`` from 0: (index of the first anomalous value or ``lim``, the sum there)."""

@@ -17,6 +17,7 @@ from ._ops import ewma, first_true, shifted
 
 #: E|y[t] - 2y[t-1] + y[t-2]| of white noise, in units of its standard deviation: sqrt(6)*sqrt(2/pi)
 _NOISE_PER_SD = math.sqrt(12.0 / math.pi)
+_INF = math.inf
 
 
 def window_trend(win: Sequence[float]) -> tuple[float, float]:
@@ -180,6 +181,8 @@ class SlopeDivergence(Detector):
         self.lost_min = lost_min
         self._lfrac = float(lost_frac)
         self._lmin = math.log(lost_min)
+        self._half_lmin = 0.5 * self._lmin
+        self._wm1 = window - 1
         self._lost = math.log(lost_ratio)
         self._lz = lost_z / _NOISE_PER_SD
         self._half = window // 2
@@ -239,7 +242,8 @@ class SlopeDivergence(Detector):
         best = self._best
         if level < self._low:
             self._low = level
-        lost = self._lost_need()
+        # lost >= log(lost_min): below half of that above best the level is not climbing
+        lost = self._lost_need() if level > best + self._half_lmin else self._lost
         climbing = level > best + 0.5 * lost
         if climbing:
             if self._climb < 0:
@@ -255,10 +259,10 @@ class SlopeDivergence(Detector):
             ad = abs((y - b1) - (b1 - buf[-2]))
             self._noise = self._a * ad + self._b * noise_prev if self._nd else ad
             self._nd += 1
+        if nb == self._wm1:  # the first window is in: the run's starting level
+            self._start = self._low = level
         buf.append(y)  # bounded deques: the oldest value drops out
         self._sbuf.append(step)
-        if len(buf) == self.window and self._start == math.inf:
-            self._start = self._low = level
         if step <= self._cooldown_until:
             return None
         m = self.early_steps
