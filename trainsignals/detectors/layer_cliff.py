@@ -17,7 +17,9 @@ from ._base import Detector, _jsonable
 def as_named_vector(name: str, value: Any, names: tuple[str, ...] | None) -> tuple[np.ndarray, tuple[str, ...]]:
     """Turn ``{name: x}``, a sequence or an array into a float vector and its layer names."""
     if isinstance(value, Mapping):
-        keys = tuple(str(k) for k in value)
+        keys = tuple(value)
+        if keys != names:  # the same names as before (the common case) are already strings
+            keys = tuple(str(k) for k in keys)
         try:
             vec = np.fromiter((float(v) for v in value.values()), dtype=np.float64, count=len(keys))
         except (TypeError, ValueError) as exc:
