@@ -30,7 +30,7 @@ from .._validate import to_float, to_step
 
 __all__ = ["Detector", "DetectorProtocol"]
 
-_MIN_BLOCK = 128
+_MIN_BLOCK = 2048
 _MAX_BLOCK = 1 << 15
 
 
