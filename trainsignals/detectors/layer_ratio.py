@@ -31,6 +31,11 @@ class LayerUpdateRatio(LayerGradCliff):
       the median layer, or it rose ``drop`` decades above its own slow level while the median
       layer rose less than one decade.
 
+    The comparison with the median layer counts only while the median layer itself held (moved
+    less than one decade from its own history in the other direction): when most layers stop
+    updating (a network killed by a learning-rate blow-up), the one still moving is not "far
+    too violent", and when most layers' updates blow up, the one left is not "frozen".
+
     Both are judged against the run's own layers, so the detector is scale-free. The event names
     the worst layer; ``onset_step`` is the last step that layer was within one decade of both
     references on that side. A layer is reported once per side until it comes back within one
@@ -104,12 +109,13 @@ class LayerUpdateRatio(LayerGradCliff):
             return None
         if self._n <= self.warmup:
             return None
-        for low, far, moved, calm, rep in ((True, below, dropped, self._calm, self._rep),
-                                           (False, -below, -dropped, self._calm_hi, self._rep_hi)):
-            out = far >= self.gap
-            fell = moved >= self.drop
-            if fell.any() and float(middle(moved)) < 1.0:
-                out |= fell
+        med_drop = float(middle(dropped))  # > 0: the median layer fell below its own history
+        for low, far, moved, calm, rep, med_moved in (
+                (True, below, dropped, self._calm, self._rep, med_drop),
+                (False, -below, -dropped, self._calm_hi, self._rep_hi, -med_drop)):
+            out = far >= self.gap if -med_moved < 1.0 else np.zeros(len(far), dtype=bool)
+            if med_moved < 1.0:
+                out |= moved >= self.drop
             out &= ~rep
             if out.any():
                 rep |= out
@@ -147,14 +153,17 @@ class LayerUpdateRatio(LayerGradCliff):
         s, _ = lfilter([self._sa], [1.0, -self._sb], u, axis=0, zi=(self._sb * self._s)[None, :])
         below = middle(f)[:, None] - f
         dropped = s - f
-        med_drop, med_rise = middle(dropped), middle(-dropped)
+        med_drop = middle(dropped)
+        med_rise = -med_drop
         calm = (below < 1.0) & (dropped < 1.0)
         calm_hi = (-below < 1.0) & (-dropped < 1.0)
         # a reported layer stays reported until its first calm row
         rep = self._rep[None, :] & ~np.logical_or.accumulate(calm, axis=0)
         rep_hi = self._rep_hi[None, :] & ~np.logical_or.accumulate(calm_hi, axis=0)
-        out_lo = (below >= self.gap) | ((dropped >= self.drop) & (med_drop[:, None] < 1.0))
-        out_hi = (-below >= self.gap) | ((-dropped >= self.drop) & (med_rise[:, None] < 1.0))
+        out_lo = (((below >= self.gap) & (med_rise[:, None] < 1.0))
+                  | ((dropped >= self.drop) & (med_drop[:, None] < 1.0)))
+        out_hi = (((-below >= self.gap) & (med_drop[:, None] < 1.0))
+                  | ((-dropped >= self.drop) & (med_rise[:, None] < 1.0)))
         hit = ((out_lo & ~rep) | (out_hi & ~rep_hi)).any(axis=1)
         k = int(np.argmax(hit)) if hit.any() else lim
         if k:
