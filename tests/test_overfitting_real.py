@@ -119,13 +119,37 @@ def test_scan_matches_update_on_real_runs(real, kind):
         assert close_state(batch.state_dict(), stream.state_dict())
 
 
+def plateau_then(tail, **kw):
+    """Overfitting events on a validation curve that reaches its best (0.5) at step 400, then ``tail``."""
+    vals = [1.0, 0.8, 0.6, 0.5] + [0.5 * x for x in tail]
+    val = {100 * (i + 1): v for i, v in enumerate(vals)}
+    det = TrainValGap(**kw)
+    evs = [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 100 * len(vals) + 1, 10)]
+    return [(e.step, e.onset_step) for e in evs if e]
+
+
+def test_the_trend_test_uses_the_student_t_critical_value_of_its_degrees_of_freedom():
+    # best + 3 validations: slope t = 3.9 on 2 degrees of freedom, below t(0.975, 2) = 4.30
+    tail = [1.05, 1.05, 1.13]
+    assert plateau_then(tail) == []
+    assert plateau_then(tail, threshold=3.0) == [(700, 400)]  # the old fixed threshold took it
+    assert plateau_then(tail, confidence=0.95) == [(700, 400)]  # t(0.95, 2) = 2.92
+    # one more rise: 5 validations, 3 degrees of freedom, critical value 3.18
+    assert plateau_then(tail + [1.15]) == [(800, 400)]
+
+
 @pytest.mark.parametrize("kw, name", [
+    ({"confidence": 0.5}, "confidence"),
+    ({"confidence": 1.0}, "confidence"),
+    ({"confidence": float("nan")}, "confidence"),
+    ({"threshold": 0.0}, "threshold"),
+    ({"threshold": -1.0}, "threshold"),
     ({"climb": 1}, "climb"),
     ({"climb": 2.5}, "climb"),
     ({"climb_train_fall": 0.0}, "climb_train_fall"),
     ({"climb_train_fall": 1.0}, "climb_train_fall"),
     ({"climb_train_fall": float("nan")}, "climb_train_fall"),
 ])
-def test_bad_climb_config_names_the_parameter(kw, name):
+def test_bad_config_names_the_parameter(kw, name):
     with pytest.raises(ValueError, match=name):
         TrainValGap(**kw)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range, to_float, to_step
@@ -32,8 +34,10 @@ class TrainValGap(Detector):
     wobble:
 
     * **break-out**: since the best, validation loss climbs *steadily* -- the least-squares
-      slope of ``log(val_loss)`` over the validations since the best (the latest
-      ``max_window`` of them) has t-statistic ``>= threshold`` -- and each of the last
+      slope of ``log(val_loss)`` over the ``n`` validations since the best (the best
+      included, the latest ``max_window`` of them) is positive in a one-sided Student-t
+      test at level ``1 - confidence``: its t-statistic is at least the ``confidence``
+      quantile of Student's t with ``n - 2`` degrees of freedom -- and each of the last
       ``patience`` validations lies further above the best than (a) the largest rise
       ``log(val[j]) - min(log(val[i]), i < j)`` the validation loss made over the
       ``wobble_window`` validations before the best and (b) the largest fall it made from a
@@ -52,6 +56,16 @@ class TrainValGap(Detector):
       definition of overfitting, not a meander (on a plateau the train loss creeps, it
       does not halve in a few evaluations).
 
+    The trend test's critical value follows its degrees of freedom rather than a fixed
+    number: a slope fitted to 4 validations (the best and ``patience = 3`` more) has 2
+    degrees of freedom, so its residual scale is itself a noisy estimate and a t-statistic
+    of 3 to 4 arises from a flat, noisy curve far more often than a normal tail suggests;
+    at ``confidence = 0.975`` the critical value is 4.30 there, 3.18 at 5 validations,
+    2.78 at 6 and 2.45 at ``max_window = 8``. Early in a run, when the best validation
+    was one low draw, this is what keeps a 4-point wobble from passing as a climb. The
+    quantiles are computed with :func:`scipy.stats.t.ppf` once per ``(confidence,
+    degrees of freedom)`` and cached, so a validation costs O(1).
+
     ``onset_step`` and :attr:`best_step` are the step of the best validation: the checkpoint
     to restore. Fires once per new best.
 
@@ -59,7 +73,9 @@ class TrainValGap(Detector):
         patience: validations without improvement, >= 2.
         min_delta: relative improvement that counts as a new best, >= 0.
         min_rise: relative rise above the best that counts as rising, >= 0.
-        threshold: t-statistic of the validation slope that counts as a steady climb, > 0.
+        threshold: ``None`` (default) or a fixed t-statistic, > 0, used *instead of* the
+            Student-t critical value (``confidence`` is then ignored); kept for configs
+            written before ``confidence`` existed, which used ``threshold=3.0``.
         max_window: most validations in the trend, >= patience + 1.
         min_train_fall: relative fall of the train loss since the best validation, in [0, 1).
         alpha: EWMA weight of the train loss, in (0, 1].
@@ -69,6 +85,9 @@ class TrainValGap(Detector):
             memorisation climb, >= 2.
         climb_train_fall: relative fall of the smoothed train loss over that run of rises,
             in (0, 1).
+        confidence: one-sided confidence of the break-out's trend test, in (0.5, 1); the
+            slope's t-statistic must reach Student's t quantile at ``confidence`` for the
+            window's degrees of freedom.
 
     Example:
         >>> det = TrainValGap()
@@ -94,6 +113,16 @@ class TrainValGap(Detector):
         >>> evs = [det.update(loss(s), val.get(s), step=s) for s in range(0, 801, 10)]
         >>> [(e.step, e.onset_step) for e in evs if e]
         [(800, 400)]
+
+        Three rises after the best make a slope with t = 3.9 on 2 degrees of freedom, short
+        of the 4.30 that confidence 0.975 asks there; a fourth rise (3 degrees of freedom,
+        critical value 3.18) makes it a climb:
+
+        >>> det = TrainValGap()
+        >>> val = {100: 1.0, 200: 0.8, 300: 0.6, 400: 0.5, 500: 0.525, 600: 0.525, 700: 0.565, 800: 0.575}
+        >>> evs = [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 801, 10)]
+        >>> [(e.step, e.onset_step) for e in evs if e]
+        [(800, 400)]
     """
 
     signals = ("loss", "val_loss")
@@ -101,13 +130,15 @@ class TrainValGap(Detector):
                    "peak", "fall", "prev", "rises", "run_train", "last_step")
 
     def __init__(self, patience: int = 3, min_delta: float = 1e-3, min_rise: float = 0.02,
-                 threshold: float = 3.0, max_window: int = 8, min_train_fall: float = 0.01,
+                 threshold: float | None = None, max_window: int = 8, min_train_fall: float = 0.01,
                  alpha: float = 0.05, wobble_window: int = 32, climb: int = 4,
-                 climb_train_fall: float = 0.5) -> None:
+                 climb_train_fall: float = 0.5, confidence: float = 0.975) -> None:
         check_range("patience", patience, 2, None, integer=True)
         check_range("min_delta", min_delta, 0, None)
         check_range("min_rise", min_rise, 0, None)
-        check_range("threshold", threshold, 0, None, lo_open=True)
+        check_range("confidence", confidence, 0.5, 1, lo_open=True, hi_open=True)
+        if threshold is not None:
+            check_range("threshold", threshold, 0, None, lo_open=True)
         check_range("max_window", max_window, patience + 1, None, integer=True)
         check_range("min_train_fall", min_train_fall, 0, 1, hi_open=True)
         check_range("alpha", alpha, 0, 1, lo_open=True)
@@ -117,6 +148,7 @@ class TrainValGap(Detector):
         self.patience = patience
         self.min_delta = min_delta
         self.min_rise = min_rise
+        self.confidence = confidence
         self.threshold = threshold
         self.max_window = max_window
         self.min_train_fall = min_train_fall
@@ -211,7 +243,7 @@ class TrainValGap(Detector):
             return None
         held = min(self._since[-self.patience:]) - self._best  # the rise the last `patience` all hold
         wobble = max(self._wobble, self._fall)
-        if held > wobble and window_trend(self._since)[1] >= self.threshold:
+        if held > wobble and window_trend(self._since)[1] >= self._critical(len(self._since)):
             how = f"beyond its earlier wobble ({math.expm1(wobble) * 100:.2g}%)"
         elif self._rises >= self.climb and self._run_train is not None and tr <= self._run_train - self._ctf:
             how = (f"rising at each of the last {self._rises} evaluations as the train loss fell "
@@ -226,6 +258,12 @@ class TrainValGap(Detector):
                f"fell {fall:.2g}% since the best: restore the step-{self._best_step} checkpoint")
         return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",
                           v - self._best, self._lr, msg)
+
+    def _critical(self, n: int) -> float:
+        """The t-statistic a slope fitted to ``n`` validations must reach (``n >= 3``)."""
+        if self.threshold is not None:
+            return float(self.threshold)
+        return _t_quantile(float(self.confidence), n - 2)
 
     def _push(self, v: float) -> None:
         self._hist.append(v)
@@ -302,6 +340,12 @@ class TrainValGap(Detector):
             self._train = None if t != t else t
             self._last_step = max(self._last_step, int(st[-1]))
         return events
+
+
+@functools.lru_cache(maxsize=256)
+def _t_quantile(confidence: float, dof: int) -> float:
+    """Student's t quantile at ``confidence`` with ``dof`` degrees of freedom, cached."""
+    return float(student_t.ppf(confidence, dof))
 
 
 def _largest_rise(v: list[float]) -> float:
