@@ -65,6 +65,7 @@ class LayerGradCliff(Detector):
 
     signals = ("layer_grad_norms",)
     _what = "layer_grad_norms"  # the input's name in errors
+    _floor = 0.0  # values are taken at least this large before their log10 (0: a zero is skipped)
     _state_keys: ClassVar[tuple[str, ...]] = ("n", "names", "f", "s", "calm", "cooldown_left", "last_step")
 
     def __init__(self, gap: float = 3.0, drop: float = 2.0, fast: float = 0.3, slow: float = 0.01,
@@ -116,10 +117,36 @@ class LayerGradCliff(Detector):
             self._names = names
         return self._row(vec, s)
 
+    def _log(self, x: np.ndarray) -> np.ndarray:
+        """``log10`` of the values (after the floor); zeros and negatives give non-finite values."""
+        if self._floor:
+            x = np.maximum(x, self._floor)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log10(x)
+
+    def _levels(self, mat: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The fast and slow levels over the rows from ``i`` up to the first row with a
+        non-finite value (at most 4096 rows), or None when that row is the first."""
+        u = self._log(mat[i:i + 4096])
+        lim = first_bad_row(u)
+        if lim == 0:
+            return None
+        u = u[:lim]
+        f, _ = lfilter([self._fa], [1.0, -self._fb], u, axis=0, zi=(self._fb * self._f)[None, :])
+        s, _ = lfilter([self._sa], [1.0, -self._sb], u, axis=0, zi=(self._sb * self._s)[None, :])
+        return f, s
+
+    def _advance(self, f: np.ndarray, s: np.ndarray, st: np.ndarray) -> None:
+        """Take the levels after the last of the rows at steps ``st`` (the fast path's advance)."""
+        k = len(st)
+        self._f = f[k - 1].copy()
+        self._s = s[k - 1].copy()
+        self._n += k
+        self._last_step = int(st[-1])
+
     def _row(self, vec: np.ndarray, step: int) -> Event | None:
         self._last_step = step
-        with np.errstate(divide="ignore", invalid="ignore"):
-            u = np.log10(vec)
+        u = self._log(vec)
         ok = np.isfinite(u)
         if not ok.any():
             return None
@@ -198,15 +225,11 @@ class LayerGradCliff(Detector):
         """Vectorised advance over rows while no event is possible (all finite, no cliff)."""
         if self._n <= self.warmup or self._cooldown_left or len(self._f) != mat.shape[1]:
             return 0
-        block = mat[i:i + 4096]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            u = np.log10(block)
-        lim = first_bad_row(u)
-        if lim == 0:
+        levels = self._levels(mat, i)
+        if levels is None:
             return 0
-        u = u[:lim]
-        f, _ = lfilter([self._fa], [1.0, -self._fb], u, axis=0, zi=(self._fb * self._f)[None, :])
-        s, _ = lfilter([self._sa], [1.0, -self._sb], u, axis=0, zi=(self._sb * self._s)[None, :])
+        f, s = levels
+        lim = len(f)
         med = middle(f)
         below = med[:, None] - f
         dropped = s - f
@@ -218,10 +241,7 @@ class LayerGradCliff(Detector):
             st = steps[i:i + k]
             last = np.where(calm, st[:, None], -1).max(axis=0)
             self._calm = np.maximum(self._calm, last)
-            self._f = f[k - 1].copy()
-            self._s = s[k - 1].copy()
-            self._n += k
-            self._last_step = int(st[-1])
+            self._advance(f, s, st)
         return k
 
 

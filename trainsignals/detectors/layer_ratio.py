@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.signal import lfilter
 
 from .._events import Event, Kind, make_event
-from .layer_cliff import LayerGradCliff, first_bad_row, middle
+from .layer_cliff import LayerGradCliff, middle
 
 
 class LayerUpdateRatio(LayerGradCliff):
@@ -68,6 +67,7 @@ class LayerUpdateRatio(LayerGradCliff):
 
     _state_keys = ("n", "names", "f", "s", "calm", "calm_hi", "rep", "rep_hi", "cooldown_left", "last_step")
     _what = "layer_update_ratios"
+    _floor = 1e-30  # a layer that did not move at all is a very low ratio, not a missing one
 
     def __init__(self, gap: float = 3.0, drop: float = 2.0, fast: float = 0.3, slow: float = 0.01,
                  warmup: int = 10, cooldown: int = 0) -> None:
@@ -90,7 +90,7 @@ class LayerUpdateRatio(LayerGradCliff):
             self._calm_hi = np.full(len(vec), step, dtype=np.int64)
             self._rep = np.zeros(len(vec), dtype=bool)
             self._rep_hi = np.zeros(len(vec), dtype=bool)
-        return super()._row(np.maximum(vec, 1e-30), step)
+        return super()._row(vec, step)
 
     def _check(self, step: int) -> Event | None:
         if self._n <= self.warmup:  # the own history starts after warm-up (first ratios are atypical)
@@ -142,15 +142,11 @@ class LayerUpdateRatio(LayerGradCliff):
         """Vectorised advance over rows while no event is possible (all finite, every layer in band)."""
         if self._n <= self.warmup or self._cooldown_left or len(self._f) != mat.shape[1]:
             return 0
-        block = np.maximum(mat[i:i + 4096], 1e-30)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            u = np.log10(block)
-        lim = first_bad_row(u)
-        if lim == 0:
+        levels = self._levels(mat, i)
+        if levels is None:
             return 0
-        u = u[:lim]
-        f, _ = lfilter([self._fa], [1.0, -self._fb], u, axis=0, zi=(self._fb * self._f)[None, :])
-        s, _ = lfilter([self._sa], [1.0, -self._sb], u, axis=0, zi=(self._sb * self._s)[None, :])
+        f, s = levels
+        lim = len(f)
         below = middle(f)[:, None] - f
         dropped = s - f
         med_drop = middle(dropped)
@@ -172,10 +168,7 @@ class LayerUpdateRatio(LayerGradCliff):
             self._calm_hi = np.maximum(self._calm_hi, np.where(calm_hi[:k], st[:, None], -1).max(axis=0))
             self._rep = rep[k - 1].copy()
             self._rep_hi = rep_hi[k - 1].copy()
-            self._f = f[k - 1].copy()
-            self._s = s[k - 1].copy()
-            self._n += k
-            self._last_step = int(st[-1])
+            self._advance(f, s, st)
         return k
 
 
