@@ -21,7 +21,8 @@ Prints, per variant (medians over interleaved repeats): the step time, its diffe
 bare step (noisy on a shared CPU: it carries the step's own jitter), and the *own time* — the
 wall time spent in the measuring code itself, timed around it (for the watcher: its hooks and
 ``update``) — in ms and as % of the bare step; then the watcher's own time as a ratio to (a),
-(b), (c) and (d). On a GPU, where the kernels run asynchronously, judge by the step difference:
+(b), (c) and (d), and the watcher's ``Monitor.update`` time inside the loop against the same
+inputs replayed alone outside it. On a GPU, where the kernels run asynchronously, judge by the step difference:
 own time counts only what the host waits for.
 
 Run: ``python benchmarks/bench_torch.py [--steps 30] [--repeats 3] [--device cpu] [--models mlp,cnn,gpt2]``.
@@ -40,6 +41,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+import trainsignals as ts
 from trainsignals.adapters.torch import TorchWatcher
 
 
@@ -90,6 +92,29 @@ class TimedWatcher(TorchWatcher):
 
     own = 0.0
 
+    def watch_monitor(self) -> None:
+        """Also time the Monitor's ``update`` on its own and keep what it was fed."""
+        self.mon_time = 0.0
+        self.rows: list[dict[str, Any]] = []
+        update = self.monitor.update
+
+        def timed(**kw: Any) -> Any:
+            t0 = time.perf_counter()
+            out = update(**kw)
+            self.mon_time += time.perf_counter() - t0
+            self.rows.append(kw)
+            return out
+
+        self.monitor.update = timed  # type: ignore[method-assign]
+
+    def replayed_monitor_time(self) -> float:
+        """Seconds per update of a fresh Monitor fed the same rows outside the training loop."""
+        mon = ts.Monitor()
+        t0 = time.perf_counter()
+        for kw in self.rows:
+            mon.update(**kw)
+        return (time.perf_counter() - t0) / max(1, len(self.rows))
+
     def _pre_hook(self, *args: Any) -> None:
         t0 = time.perf_counter()
         super()._pre_hook(*args)
@@ -108,9 +133,10 @@ class TimedWatcher(TorchWatcher):
 
 
 def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor, variant: str,
-                 steps: int, device: torch.device) -> tuple[float, float]:
-    """Seconds per step of ``steps`` training steps with the given measurement, and seconds per
-    step spent in the measuring code itself (timed around it)."""
+                 steps: int, device: torch.device) -> tuple[float, float, tuple[float, float] | None]:
+    """Seconds per step of ``steps`` training steps with the given measurement, seconds per step
+    spent in the measuring code itself (timed around it), and for the watcher the seconds per
+    ``Monitor.update`` inside the loop and replayed alone on the same inputs."""
     torch.manual_seed(0)
     model = make().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
@@ -150,6 +176,7 @@ def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
     own = 0.0
     if watcher is not None:
         watcher.own = 0.0
+        watcher.watch_monitor()
     if device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -158,11 +185,13 @@ def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
     if device.type == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
+    mon: tuple[float, float] | None = None
     if watcher is not None:
         own = watcher.own
+        mon = (watcher.mon_time / steps, watcher.replayed_monitor_time())
         watcher.close()
     del sink
-    return elapsed / steps, own / steps
+    return elapsed / steps, own / steps, mon
 
 
 try:
@@ -191,11 +220,14 @@ def bench(name: str, make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Te
     variants = [v for v in VARIANTS if v != "lightning" or lightning_grad_norm is not None]
     per: dict[str, list[float]] = {v: [] for v in variants}
     owns: dict[str, list[float]] = {v: [] for v in variants}
+    mons: list[tuple[float, float]] = []
     for _ in range(repeats):                      # interleave the variants: drift hits all alike
         for v in variants:
-            total, own_t = time_variant(make, x, y, v, steps, device)
+            total, own_t, mon = time_variant(make, x, y, v, steps, device)
             per[v].append(total)
             owns[v].append(own_t)
+            if v == "watcher" and mon is not None:
+                mons.append(mon)
     med = {v: statistics.median(t) for v, t in per.items()}
     own = {v: statistics.median(t) for v, t in owns.items()}
     params = list(make().parameters())
@@ -214,6 +246,11 @@ def bench(name: str, make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Te
                                                           ("foreach", "(c) foreach")) if v in own and own[v] > 0]
     print(f"  watcher own time vs: {', '.join(parts)}, (d) bandwidth floor {w / floor:.2f}x;"
           f"  foreach (c) / (d): {own['foreach'] / floor:.2f}x")
+    if mons:
+        in_loop = statistics.median(m[0] for m in mons)
+        alone = statistics.median(m[1] for m in mons)
+        print(f"  the watcher's Monitor.update: {in_loop * 1e6:.0f} us inside the training loop, "
+              f"{alone * 1e6:.0f} us replayed alone on the same inputs ({in_loop / alone:.1f}x)")
 
 
 def main() -> None:
