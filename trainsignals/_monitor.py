@@ -244,6 +244,16 @@ class Monitor:
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
+    def _layer_vector(self, signal: str, detector: str, value: Any) -> tuple[np.ndarray, tuple[str, ...]] | None:
+        """A per-layer input as ``(vector, names)`` (names as its detector knows them), or None."""
+        if value is None:
+            return None
+        det = self.detectors.get(detector)
+        got = as_named_vector(signal, value, det._names if det else None)
+        if len(got[0]) and got[0].min() < 0:
+            raise ValueError(f"{signal} must be >= 0")
+        return got
+
     def _calls_for(self, key: tuple[Any, ...]) -> list[tuple[int, Any, tuple[str, ...]]]:
         """The calls of one combination of given signals (cached: runs feed few combinations)."""
         *given, has_layers, has_ratios, has_acts = key
@@ -397,18 +407,8 @@ class Monitor:
                 vals[name] = f
         if val_loss is not None:
             vals["val_loss"] = val_loss if type(val_loss) is float else to_float("val_loss", val_loss)
-        layers = None
-        if layer_grad_norms is not None:
-            det = self.detectors.get("layer_cliff")
-            layers = as_named_vector("layer_grad_norms", layer_grad_norms, det._names if det else None)
-            if len(layers[0]) and layers[0].min() < 0:
-                raise ValueError("layer_grad_norms must be >= 0")
-        ratios = None
-        if layer_update_ratios is not None:
-            det = self.detectors.get("layer_update_ratio")
-            ratios = as_named_vector("layer_update_ratios", layer_update_ratios, det._names if det else None)
-            if len(ratios[0]) and ratios[0].min() < 0:
-                raise ValueError("layer_update_ratios must be >= 0")
+        layers = self._layer_vector("layer_grad_norms", "layer_cliff", layer_grad_norms)
+        ratios = self._layer_vector("layer_update_ratios", "layer_update_ratio", layer_update_ratios)
         acts = None
         if activations is not None:
             det = self.detectors.get("activations")
