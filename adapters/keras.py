@@ -273,7 +273,7 @@ class TrainSignalsCallback(keras.callbacks.Callback):
         self._steps_this_fit = 0
         self._pending_restore = False
         self._since_feed = 0
-        self._var_names: list[str] = []
+        self._var_names: tuple[str, ...] = ()
 
     # -- public state ------------------------------------------------------------------
     @property
@@ -358,7 +358,7 @@ class TrainSignalsCallback(keras.callbacks.Callback):
             if epochs and steps:
                 self.total_steps = int(epochs) * int(steps)
         _ = self.monitor
-        self._var_names = [str(getattr(v, "path", v.name)) for v in self.model.trainable_variables]
+        self._var_names = tuple(str(getattr(v, "path", v.name)) for v in self.model.trainable_variables)
         self._steps_this_fit = 0
         self._pending_restore = False
         self.stopped_step = None
@@ -406,8 +406,8 @@ class TrainSignalsCallback(keras.callbacks.Callback):
                 signals[key] = float(logs[key])
         if layer_norms is not None:
             vec = keras.ops.convert_to_numpy(layer_norms).astype(float).ravel()
-            names = self._var_names if len(self._var_names) == len(vec) else [str(i) for i in range(len(vec))]
-            signals["layer_grad_norms"] = dict(zip(names, vec.tolist()))
+            names = self._var_names if len(self._var_names) == len(vec) else tuple(str(i) for i in range(len(vec)))
+            signals["layer_grad_norms"] = ts.LayerValues(names, vec)
         lr = self.current_lr()
         if lr is not None:
             signals["lr"] = lr

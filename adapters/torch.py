@@ -26,7 +26,7 @@
   are averaged.
 
 Everything — the loss, the norms, the ratios, the activation statistics — is stacked into
-**one** tensor and brought to the host with **one** ``.tolist()`` in :meth:`TorchWatcher.update`:
+**one** tensor and brought to the host with **one** ``.cpu().numpy()`` in :meth:`TorchWatcher.update`:
 no synchronisation per parameter.
 
 Where to call it::
@@ -96,9 +96,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -306,7 +307,7 @@ class TorchWatcher:
             self._module_index = None
         self.last_lrs: list[float] = []
         self.last_signals: dict[str, Any] = {}
-        self.last_layer_update_ratios: dict[str, float] | None = None
+        self.last_layer_update_ratios: Mapping[str, float] | None = None
         self.events: list[ts.Event] = []
         self._step = 0                      # index of the optimizer step being measured
         self._grad_sq: torch.Tensor | None = None        # per-parameter squared norms of this step
@@ -525,11 +526,13 @@ class TorchWatcher:
         scaler_skipped = self.scaler is not None and not self._stepped
         packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped)
         values, layout = self._transfer(packed, layout, host)   # the one host transfer
-        got: dict[str, list[float]] = {}
+        vec = np.asarray(values, dtype=np.float64)
+        spans: dict[str, list[np.ndarray]] = {}
         pos = 0
         for key, width in layout:
-            got.setdefault(key, []).extend(values[pos:pos + width])
+            spans.setdefault(key, []).append(vec[pos:pos + width])
             pos += width
+        got = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in spans.items()}
         kw = self._signals(got, host)
         nonfinite_skip = (self.skip_nonfinite_steps and not scaler_skipped and "measured" in got
                           and not math.isfinite(got["measured"][0]))
@@ -563,7 +566,12 @@ class TorchWatcher:
         layout: list[tuple[str, int]] = []
 
         def put(key: str, t: torch.Tensor) -> None:
-            t = t.detach().reshape(-1).to(device=self._device, dtype=torch.float32)
+            if t.requires_grad:
+                t = t.detach()
+            if t.dim() != 1:
+                t = t.reshape(-1)
+            if t.dtype != torch.float32 or t.device != self._device:
+                t = t.to(device=self._device, dtype=torch.float32)
             parts.append(t)
             layout.append((key, t.numel()))
 
@@ -596,40 +604,42 @@ class TorchWatcher:
         return (torch.cat(parts) if parts else None), layout, host
 
     def _transfer(self, packed: torch.Tensor | None, layout: list[tuple[str, int]], host: dict[str, Any]
-                  ) -> tuple[list[float], list[tuple[str, int]]]:
-        """Bring the packed measurements to the host: the step's one transfer (``.tolist()``).
+                  ) -> tuple[Sequence[float] | np.ndarray, list[tuple[str, int]]]:
+        """Bring the packed measurements to the host: the step's one transfer (``.numpy()``).
 
         ``layout`` names the slices of ``packed`` (key, width); ``host`` holds the values that
-        were already on the host. Returns the values and their layout. A subclass may combine
-        the measurements across processes first (one collective on ``packed``), return the
-        combined values in a layout of its own, update ``host`` to match and queue its own
-        events in ``self._pending``.
+        were already on the host. Returns the values (a vector or a list) and their layout. A
+        subclass may combine the measurements across processes first (one collective on
+        ``packed``), return the combined values in a layout of its own, update ``host`` to
+        match and queue its own events in ``self._pending``.
         """
-        return (packed.tolist() if packed is not None else []), layout
+        return (packed.cpu().numpy() if packed is not None else np.zeros(0)), layout
 
-    def _signals(self, got: dict[str, list[float]], host: dict[str, Any]) -> dict[str, Any]:
-        """The Monitor's keyword arguments from the transferred values and the host ones."""
+    def _signals(self, got: dict[str, np.ndarray], host: dict[str, Any]) -> dict[str, Any]:
+        """The Monitor's keyword arguments from the transferred values (float64 vectors by key)
+        and the host ones. Per-layer values go to the Monitor as :class:`trainsignals.LayerValues`
+        (a mapping over the vector: no per-layer Python objects)."""
         kw: dict[str, Any] = {}
         if "measured" in got:
-            kw["grad_norm"] = got["measured"][0]
+            kw["grad_norm"] = float(got["measured"][0])
         for key in ("loss", "grad_norm", "val_loss"):
             if key in got:
-                kw[key] = got[key][0]
+                kw[key] = float(got[key][0])
             elif key in host:
                 kw[key] = host[key]
-        self.last_lrs = got.get("lrs") or host["lrs"]
+        self.last_lrs = got["lrs"].tolist() if "lrs" in got else host["lrs"]
         if self.last_lrs:
             kw["lr"] = self.last_lrs[0]
         if "layers" in got:
-            kw["layer_grad_norms"] = dict(zip(self.layer_names, got["layers"]))
+            kw["layer_grad_norms"] = ts.LayerValues(self.layer_names, got["layers"])
         if "ratio" in got:
-            kw["update_ratio"] = got["ratio"][0]
-            self.last_layer_update_ratios = dict(zip(self.layer_names, got["ratio"][1:]))
+            kw["update_ratio"] = float(got["ratio"][0])
+            self.last_layer_update_ratios = ts.LayerValues(self.layer_names, got["ratio"][1:])
             if self.last_layer_update_ratios:
                 kw["layer_update_ratios"] = self.last_layer_update_ratios
         if self._acts and self._measure_acts():
-            dead = iter(got.get("dead", []))
-            sat = iter(got.get("sat", []))
+            dead = iter(got["dead"].tolist() if "dead" in got else [])
+            sat = iter(got["sat"].tolist() if "sat" in got else [])
             called = set(host.get("act_names", ()))
             kw["activations"] = {
                 n: ({"dead_frac": next(dead), "saturation": next(sat)} if n in called

@@ -9,6 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from ._events import DISTRIBUTED_KINDS, Event, Kind, TrainingFailure  # noqa: E402
+from ._layers import LayerValues  # noqa: E402
 from ._monitor import STATUSES, Monitor, scan  # noqa: E402
 from ._recorder import Recorder  # noqa: E402
 from .detectors import (  # noqa: E402
@@ -40,6 +41,7 @@ __all__ = [
     "LRAnomaly",
     "LayerGradCliff",
     "LayerUpdateRatio",
+    "LayerValues",
     "LossGradCoupling",
     "Monitor",
     "NonFinite",

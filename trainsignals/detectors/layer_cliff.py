@@ -10,13 +10,17 @@ import numpy as np
 from scipy.signal import lfilter
 
 from .._events import Event, Kind, make_event
+from .._layers import LayerValues
 from .._validate import check_range, to_step
 from ._base import Detector, _jsonable
 
 
 def as_named_vector(name: str, value: Any, names: tuple[str, ...] | None) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Turn ``{name: x}``, a sequence or an array into a float vector and its layer names."""
-    if isinstance(value, Mapping):
+    """Turn ``{name: x}``, a :class:`~trainsignals.LayerValues`, a sequence or an array into a
+    float vector and its layer names."""
+    if type(value) is LayerValues:  # an adapter's vector with its names: no conversion
+        vec, keys = value.array, value.names
+    elif isinstance(value, Mapping):
         keys = tuple(value)
         if keys != names:  # the same names as before (the common case) are already strings
             keys = tuple(str(k) for k in keys)
@@ -147,6 +151,11 @@ class LayerGradCliff(Detector):
     def _row(self, vec: np.ndarray, step: int) -> Event | None:
         self._last_step = step
         u = self._log(vec)
+        if self._n and len(self._f) == len(u) and math.isfinite(u.sum()):  # every layer usable: most steps
+            self._f = self._fa * u + self._fb * self._f
+            self._s = self._sa * u + self._sb * self._s
+            self._n += 1
+            return self._check(step)
         ok = np.isfinite(u)
         if not ok.any():
             return None
@@ -170,11 +179,15 @@ class LayerGradCliff(Detector):
         below = float(middle(f)) - f
         dropped = s - f
         far = np.maximum(below, dropped)
-        np.copyto(self._calm, step, where=far < 1.0)
+        top = far.max()
+        if top < 1.0:  # every layer calm (most steps)
+            self._calm.fill(step)
+        else:
+            np.copyto(self._calm, step, where=far < 1.0)
         if self._cooldown_left:
             self._cooldown_left -= 1
             return None
-        if self._n <= self.warmup or far.max() < min(self.gap, self.drop):
+        if self._n <= self.warmup or top < min(self.gap, self.drop):
             return None
         cliff = below >= self.gap
         fell = dropped >= self.drop

@@ -1,0 +1,64 @@
+"""Per-layer values as a read-only mapping over a names tuple and a NumPy vector."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+class LayerValues(Mapping[str, float]):
+    """One value per layer: a read-only ``{layer name: float}`` mapping backed by a vector.
+
+    Adapters measure every layer at once and bring the values to the host as one array; turning
+    that array into a ``dict`` each step, only for :meth:`Monitor.update` to turn it back into a
+    vector, costs more than the Monitor's own per-layer work on a model with hundreds of
+    layers. A ``LayerValues`` is accepted wherever a per-layer mapping is
+    (``layer_grad_norms=``, ``layer_update_ratios=``) and hands the Monitor its vector as is.
+    As a mapping it behaves like the equivalent ``dict`` (iteration in layer order, lookup by
+    name, ``==`` with a dict).
+
+    Args:
+        names: the layer names, in the vector's order (a tuple is kept as is: pass the same
+            tuple every step and the Monitor compares it by identity).
+        values: one real number per name (any 1-D array-like; kept as a float64 vector,
+            without a copy when it already is one).
+
+    Raises:
+        TypeError: values that are not real numbers.
+        ValueError: as many values as names, or a vector that is not 1-D, is required.
+
+    Example:
+        >>> lv = LayerValues(("fc1.weight", "fc2.weight"), [0.5, 0.25])
+        >>> lv["fc2.weight"], list(lv), lv == {"fc1.weight": 0.5, "fc2.weight": 0.25}
+        (0.25, ['fc1.weight', 'fc2.weight'], True)
+    """
+
+    __slots__ = ("names", "array", "_index")
+
+    def __init__(self, names: Sequence[str], values: Any) -> None:
+        self.names: tuple[str, ...] = names if isinstance(names, tuple) else tuple(names)
+        try:
+            arr = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError("LayerValues values must be real numbers") from exc
+        if arr.ndim != 1 or len(arr) != len(self.names):
+            raise ValueError(f"LayerValues needs one value per name: {len(self.names)} names, "
+                             f"values of shape {arr.shape}")
+        self.array: np.ndarray = arr
+        self._index: dict[str, int] | None = None
+
+    def __getitem__(self, name: str) -> float:
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self.names)}
+        return float(self.array[self._index[name]])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"LayerValues({dict(self)!r})"
