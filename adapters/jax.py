@@ -50,6 +50,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from trainsignals import LayerValues
+
 __all__ = [
     "HostMonitorCallback",
     "LaggedFeed",
@@ -197,8 +199,8 @@ def to_monitor_kwargs(stats: Mapping[str, Any], names: Sequence[str] | None = No
 
     Returns:
         ``grad_norm``, ``update_ratio`` (omitted while ‖params‖ = 0 or when it was not
-        measured), ``layer_grad_norms={name: value}`` and the pass-through keys, as Python
-        floats.
+        measured), ``layer_grad_norms`` (a :class:`trainsignals.LayerValues` mapping, name -> value) and the
+        pass-through keys, as Python floats.
     """
     kw: dict[str, Any] = {}
     if "grad_norm" in stats:
@@ -210,11 +212,11 @@ def to_monitor_kwargs(stats: Mapping[str, Any], names: Sequence[str] | None = No
             kw["update_ratio"] = r
     if "layer_grad_norms" in stats:
         v = np.asarray(stats["layer_grad_norms"], dtype=np.float64).reshape(-1)
-        keys = list(names) if names is not None else [str(i) for i in range(len(v))]
+        keys = tuple(names) if names is not None else tuple(str(i) for i in range(len(v)))
         if len(keys) != len(v):
             raise ValueError(f"{len(keys)} names for {len(v)} layer grad norms")
         if len(v):
-            kw["layer_grad_norms"] = {k: float(x) for k, x in zip(keys, v)}
+            kw["layer_grad_norms"] = LayerValues(keys, v)
     for k in _PASSTHROUGH:
         if k in stats and stats[k] is not None:
             kw[k] = _as_float(stats[k])
