@@ -134,6 +134,11 @@ def main(argv: list[str] | None = None) -> dict:
     td = per_call(vec_dicts, rows, repeat=2)
     res["layers_1000_dict_inputs_us"] = td * 1e6
 
+    tnames = tuple(names)
+    lvs = [ts.LayerValues(tnames, r) for r in norms]
+    tn = per_call(vec, lvs, repeat=3)   # named layers, as the adapters pass them
+    res["layers_1000_layervalues_us"] = tn * 1e6
+
     def loop(rows_):
         dets = [ts.EWMASpike(direction="down", kind="vanishing_gradient", signal=n) for n in names]
         for r in rows_:
@@ -144,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     res["layers_1000_python_loop_us"] = tl * 1e6
     print(f"per-layer suite, 1000 layers (grad norms + activation stats as arrays): {tv * 1e6:.1f} us/step "
           f"vs {tl * 1e6:.1f} us/step for a Python loop of per-layer detectors (target <= 50 us); "
+          f"as ts.LayerValues (named, what the adapters pass): {tn * 1e6:.1f} us/step; "
           f"with {{name: value}} dicts as input: {td * 1e6:.1f} us/step")
 
     # batch path
