@@ -105,14 +105,14 @@ class TrainValGap(Detector):
         91
 
         A climb inside an earlier wobble (0.70 -> 0.90) still counts when it rises at each
-        of four validations while the train loss collapses (memorising):
+        of three validations while the train loss collapses (memorising):
 
         >>> det = TrainValGap()
         >>> val = {100: 1.0, 200: 0.7, 300: 0.9, 400: 0.69, 500: 0.70, 600: 0.71, 700: 0.72, 800: 0.73}
         >>> loss = lambda s: 1.0 / (1 + s / 100) if s <= 400 else 0.2 * 10 ** ((400 - s) / 200)
         >>> evs = [det.update(loss(s), val.get(s), step=s) for s in range(0, 801, 10)]
         >>> [(e.step, e.onset_step) for e in evs if e]
-        [(800, 400)]
+        [(700, 400)]
 
         Three rises after the best make a slope with t = 3.9 on 2 degrees of freedom, short
         of the 4.30 that confidence 0.975 asks there; a fourth rise (3 degrees of freedom,
@@ -131,7 +131,7 @@ class TrainValGap(Detector):
 
     def __init__(self, patience: int = 3, min_delta: float = 1e-3, min_rise: float = 0.02,
                  threshold: float | None = None, max_window: int = 8, min_train_fall: float = 0.01,
-                 alpha: float = 0.05, wobble_window: int = 32, climb: int = 4,
+                 alpha: float = 0.05, wobble_window: int = 32, climb: int = 3,
                  climb_train_fall: float = 0.5, confidence: float = 0.975) -> None:
         check_range("patience", patience, 2, None, integer=True)
         check_range("min_delta", min_delta, 0, None)
