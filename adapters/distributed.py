@@ -493,6 +493,13 @@ class DistributedWatcher(TorchWatcher):
         **kwargs: Any,
     ) -> None:
         check_range("check_every", check_every, 0, None, integer=True)
+        if kwargs.get("functional_activations"):
+            raise ValueError("functional_activations is not supported by DistributedWatcher: the functional "
+                             "call sites are found while training, and the ranks must agree on the "
+                             "activation layers when the watcher is built")
+        if kwargs.get("sync_every", 1) != 1:
+            raise ValueError("sync_every must be 1 for a DistributedWatcher: every step's measurements are "
+                             "gathered across the ranks when they are taken")
         check_range("tolerance", tolerance, 0.0, None)
         if not math.isfinite(float(tolerance)):
             raise ValueError(f"tolerance must be finite, got {tolerance!r}")

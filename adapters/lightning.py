@@ -410,7 +410,9 @@ class TrainSignalsCallback(Callback):
         events = self.watcher.update(loss=mean, step=step)
         self._last_step = step
         handled = not self.watcher.should_stop    # critical events a rollback took care of
-        signals = {k: v for k, v in self.watcher.last_signals.items() if k in _SIGNALS}
+        # with sync_every > 1 the step may still be held on the device: its signals come later
+        fed = self.watcher.monitor.step == step
+        signals = {k: v for k, v in self.watcher.last_signals.items() if k in _SIGNALS} if fed else {}
         self._handle(trainer, step, events, criticals_count=not handled, signals=signals)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -426,7 +428,8 @@ class TrainSignalsCallback(Callback):
                               RuntimeWarning, stacklevel=2)
             return
         step = max(self._last_step, 0)
-        events = self.monitor.update(step=step, val_loss=_as_float(value))
+        held = self.watcher.flush()   # steps that sync_every held back come first
+        events = held + self.monitor.update(step=step, val_loss=_as_float(value))
         self._handle(trainer, step, events, criticals_count=True, signals={})
 
     # ------------------------------------------------------------------------------------

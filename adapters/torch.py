@@ -23,7 +23,10 @@
   of the batch) and, for ``Tanh`` (|y| > 0.99) and ``Sigmoid`` (y < 0.01 or y > 0.99), the
   saturated fraction. Only forward passes in training mode count (validation passes in
   ``model.eval()`` are ignored); several forward passes in one step (gradient accumulation)
-  are averaged.
+  are averaged. With ``functional_activations=True`` the activation *functions* called in a
+  forward (``F.relu``, ``torch.relu``, ``x.relu()``, ``F.gelu``, ``torch.tanh``,
+  ``torch.sigmoid``...) are measured too, as layers ``"<module>:<function>"`` (see
+  :class:`TorchWatcher`).
 
 Everything — the loss, the norms, the ratios, the activation statistics — is stacked into
 **one** tensor and brought to the host with **one** ``.cpu().numpy()`` in :meth:`TorchWatcher.update`:
@@ -88,6 +91,9 @@ step or not), so the forward has two graphs in all. Dynamo does not guard on hoo
 forward, or the activation statistics stay NaN ("not measured"). ``close()`` takes effect (the
 forward recompiles without the hooks). The watcher may be given the compiled module or the
 original: layers are named after the original (no ``_orig_mod.`` prefix).
+``functional_activations`` is eager only: in a compiled forward the activation functions are
+not measured (the mode is not entered while dynamo traces; their layers stay NaN or are never
+found), the modules' statistics still are.
 
 Importing this module imports ``torch``; ``import trainsignals`` does not.
 """
@@ -102,6 +108,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 
 import trainsignals as ts
 from trainsignals._events import Kind, TrainingFailure, check_kinds, make_event
@@ -114,11 +122,46 @@ _SATURATING: tuple[tuple[type[nn.Module], float, float], ...] = (
 )
 
 
-def _saturation_band(module: nn.Module) -> tuple[float, float] | None:
+def _saturation_band(module_type: type[nn.Module]) -> tuple[float, float] | None:
     for cls, lo, hi in _SATURATING:
-        if isinstance(module, cls):
+        if issubclass(module_type, cls):
             return lo, hi
     return None
+
+
+# The activation functions measured with ``functional_activations=True``, in every form in which
+# a call reaches ``__torch_function__`` (``F.tanh(x)`` arrives as ``Tensor.tanh``, ``F.relu_`` is
+# ``torch.relu_``), mapped to the name the layer gets and the saturation band of the module twin.
+_FUNCTIONAL: dict[Any, tuple[str, tuple[float, float] | None]] = {
+    f: (name, _saturation_band(cls))
+    for name, cls, forms in (
+        ("relu", nn.ReLU, (F.relu, torch.relu, torch.relu_, torch.Tensor.relu, torch.Tensor.relu_)),
+        ("gelu", nn.GELU, (F.gelu,)),
+        ("tanh", nn.Tanh, (torch.tanh, torch.tanh_, torch.Tensor.tanh, torch.Tensor.tanh_)),
+        ("sigmoid", nn.Sigmoid, (torch.sigmoid, torch.sigmoid_, torch.Tensor.sigmoid, torch.Tensor.sigmoid_)),
+    )
+    for f in forms
+}
+
+
+class _FunctionalActs(TorchFunctionMode):
+    """Sees every torch call of a forward pass while entered; hands the activation functions' outputs on.
+
+    Entered around the model's forward on measuring steps only. Inside ``__torch_function__`` the
+    mode is off, so the call it runs (and the statistics ``on_call`` computes) are not seen again.
+    """
+
+    def __init__(self, on_call: Callable[[tuple[str, tuple[float, float] | None], torch.Tensor], None]) -> None:
+        super().__init__()
+        self._on_call = on_call
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
+                           kwargs: Mapping[str, Any] | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        spec = _FUNCTIONAL.get(func)
+        if spec is not None and isinstance(out, torch.Tensor):
+            self._on_call(spec, out)
+        return out
 
 
 class _ActStats:
@@ -170,6 +213,25 @@ class TorchWatcher:
             norms already measured: no copy at all.
         activations_every: measure activation statistics every this many steps (0: never).
         activation_types: module classes whose outputs are measured.
+        functional_activations: also measure the activation functions called inside the
+            forwards (eager mode; ignored when ``activations_every`` is 0): ``relu``
+            (``F.relu``, ``torch.relu``, ``x.relu()`` and their in-place forms), ``gelu``
+            (``F.gelu``), ``tanh`` and ``sigmoid`` (``torch.*``, ``F.*``, the tensor methods;
+            saturation as for their modules). On a measuring step's training forward a
+            ``TorchFunctionMode`` is entered around the model's forward (left by its forward hook,
+            also when the forward raises): every torch call of that forward then passes through
+            one Python check. Each call is a layer named after the innermost named module whose
+            forward made it, ``"<module>:<function>"``, ``#i`` for the i-th further call of that
+            function by that module in the pass (``"block0.mlp:gelu"``, ``"block0.mlp:gelu#1"``;
+            the model's own forward: its class name). Calls inside a hooked module of
+            ``activation_types`` are that module's (not counted twice). The call sites are found
+            on the first measured step and fixed then, as the Monitor needs: one that first
+            appears later (a branch not taken then) gives one ``RuntimeWarning`` and is not
+            measured; one not called on a measuring step reads NaN. Adds a forward pre-hook and a
+            forward hook to every submodule (a bool check on the other steps). Only forward
+            passes through the model itself count (not a submodule called directly). Not with
+            ``torch.compile`` (the functions are not measured in a compiled forward) nor with
+            :class:`~trainsignals.adapters.distributed.DistributedWatcher`.
         recorder: passed to the new Monitor (ignored when ``monitor`` is given).
         total_steps: passed to the new Monitor (ignored when ``monitor`` is given).
         scaler: a ``torch.amp.GradScaler`` in use, if any (mixed precision).
@@ -206,10 +268,18 @@ class TorchWatcher:
         rollback_on: kinds whose critical events roll back.
         rollback_device: where in-memory snapshots live (default: the parameters' device;
             ``"cpu"`` spares accelerator memory at the cost of a copy).
+        sync_every: steps whose measurements are held on the device and brought to the host
+            together (one transfer every ``sync_every`` steps, then one ``Monitor.update`` per
+            held step, in order). The Monitor sees exactly what it sees with 1, up to
+            ``sync_every - 1`` steps later: :meth:`update` returns ``[]`` on held steps and the
+            block's events on the last, when the guards act (``should_stop``, ``on_critical``);
+            :meth:`flush` feeds the held steps at once and :meth:`close` does too. On a GPU this
+            removes the per-step synchronisation. Not with ``rollback`` (ValueError).
 
     Raises:
-        ValueError: a bad ``per_layer``, ``on_critical``, cadence, rollback setting or kind, or
-            a model without trainable parameters (the message names the parameter).
+        ValueError: a bad ``per_layer``, ``on_critical``, cadence (``sync_every`` included),
+            ``functional_activations``, rollback setting or kind, or a model without trainable
+            parameters (the message names the parameter).
 
     Attributes:
         monitor: the Monitor fed.
@@ -245,6 +315,8 @@ class TorchWatcher:
         max_rollbacks: int = 3,
         rollback_on: tuple[str, ...] = ("nonfinite", "divergence", "grad_explosion"),
         rollback_device: str | torch.device | None = None,
+        functional_activations: bool = False,
+        sync_every: int = 1,
     ) -> None:
         if per_layer not in ("parameter", "module", None):
             raise ValueError(f"per_layer must be 'parameter', 'module' or None, got {per_layer!r}")
@@ -256,6 +328,11 @@ class TorchWatcher:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
         if not isinstance(rollback_every, int) or isinstance(rollback_every, bool) or rollback_every < 1:
             raise ValueError(f"rollback_every must be an integer >= 1, got {rollback_every!r}")
+        if not isinstance(sync_every, int) or isinstance(sync_every, bool) or sync_every < 1:
+            raise ValueError(f"sync_every must be an integer >= 1, got {sync_every!r}")
+        if sync_every > 1 and rollback is not False:
+            raise ValueError("sync_every > 1 cannot be combined with rollback: a snapshot must be taken at "
+                             "the step the Monitor has just judged quiet; use sync_every=1 with rollback")
         if not (isinstance(rollback, bool) or callable(rollback)):
             raise ValueError(f"rollback must be True, False or a callable, got {rollback!r}")
         if isinstance(rollback_lr_factor, bool) or not isinstance(rollback_lr_factor, (int, float)) \
@@ -263,6 +340,8 @@ class TorchWatcher:
             raise ValueError(f"rollback_lr_factor must be in (0, 1], got {rollback_lr_factor!r}")
         if not isinstance(skip_nonfinite_steps, bool):
             raise ValueError(f"skip_nonfinite_steps must be a bool, got {skip_nonfinite_steps!r}")
+        if not isinstance(functional_activations, bool):
+            raise ValueError(f"functional_activations must be a bool, got {functional_activations!r}")
         self.rollback_on = check_kinds("rollback_on", rollback_on)
         self.on_critical = on_critical
         self.skip_nonfinite_steps = skip_nonfinite_steps
@@ -272,6 +351,8 @@ class TorchWatcher:
         self.max_rollbacks = max_rollbacks
         self.rollback_device = torch.device(rollback_device) if rollback_device is not None else None
         self.n_rollbacks = 0
+        self.sync_every = sync_every
+        self._rows: list[tuple[int, torch.Tensor | None, list[tuple[str, int]], dict[str, Any], bool]] = []
         self.failure_events: list[ts.Event] = []
         self._stop = False
         self._pending: list[ts.Event] = []
@@ -325,11 +406,16 @@ class TorchWatcher:
         ]
         self._acts: dict[str, _ActStats] = {}
         self._acts_on = self._measure_acts()
+        self._acts_fixed = False            # the layer names were fed to the Monitor: no new ones
+        self._fn_on = False                 # the functional-activations mode is entered
+        self.functional_activations = functional_activations and activations_every > 0
         if activations_every > 0:
             for name, module in model.named_modules():
                 if isinstance(module, activation_types):
-                    self._acts[name or type(module).__name__] = _ActStats(_saturation_band(module))
+                    self._acts[name or type(module).__name__] = _ActStats(_saturation_band(type(module)))
                     self._handles.append(module.register_forward_hook(self._make_act_hook(name or type(module).__name__)))
+        if self.functional_activations:
+            self._hook_functional(model, activation_types)
 
     # ------------------------------------------------------------------------------------
     # Hooks
@@ -344,6 +430,88 @@ class TorchWatcher:
                 stats.add(output)
 
         return hook
+
+    def _hook_functional(self, model: nn.Module, activation_types: tuple[type[nn.Module], ...]) -> None:
+        """Forward hooks that enter the functional-activations mode around the model's forward and
+        track the module whose forward makes each call (``None`` inside a hooked activation module)."""
+        self._fn_mode = _FunctionalActs(self._functional_call)
+        self._fn_root: str | None = None if isinstance(model, activation_types) else type(model).__name__
+        self._fn_stack: list[str | None] = []          # the modules whose forward is running, innermost last
+        self._fn_seen: dict[tuple[str, str], int] = {}  # calls so far in this pass, by (module, function)
+        self._fn_late: set[str] = set()                 # call sites found after the names were fixed
+        self._handles.append(model.register_forward_pre_hook(self._fn_enter, prepend=True))
+        self._handles.append(model.register_forward_hook(self._fn_leave, always_call=True))
+        for name, module in model.named_modules():
+            if module is not model:
+                pre, post = self._make_fn_scope(None if isinstance(module, activation_types) else name)
+                self._handles.append(module.register_forward_pre_hook(pre))
+                self._handles.append(module.register_forward_hook(post, always_call=True))
+
+    def _make_fn_scope(self, name: str | None) -> tuple[Callable[[nn.Module, Any], None],
+                                                        Callable[[nn.Module, Any, Any], None]]:
+        """The forward pre-hook and forward hook of one submodule: push and pop its name on the
+        stack of running forwards while the mode is entered (a bool check otherwise). ``None``
+        marks a hooked activation module; everything it calls is its own."""
+        stack = self._fn_stack
+
+        def pre(module: nn.Module, args: Any) -> None:
+            if self._fn_on:
+                stack.append(name if stack[-1] is not None else None)
+
+        def post(module: nn.Module, args: Any, output: Any) -> None:
+            if self._fn_on and len(stack) > 1:
+                stack.pop()
+
+        return pre, post
+
+    def _fn_enter(self, module: nn.Module, args: Any) -> None:
+        """The model's forward pre-hook: enter the mode on a measuring step's training pass."""
+        if self._fn_on:      # a pass that ended without its forward hook (interrupted): leave first
+            self._fn_exit()
+        if self._acts_on and module.training and not torch.compiler.is_compiling():
+            self._fn_stack[:] = [self._fn_root]
+            self._fn_seen.clear()
+            self._fn_mode.__enter__()
+            self._fn_on = True
+
+    def _fn_leave(self, module: nn.Module, args: Any, output: Any) -> None:
+        """The model's forward hook (also run when the forward raises): leave the mode."""
+        if self._fn_on:
+            self._fn_exit()
+
+    def _fn_exit(self) -> None:
+        """Take the mode off the torch-function mode stack, wherever it is: modes entered above it
+        (and not left) stay, in their order."""
+        self._fn_on = False
+        above = []
+        while torch._C._len_torch_function_stack() > 0:
+            top = torch._C._pop_torch_function_stack()
+            if top is self._fn_mode:
+                break
+            above.append(top)
+        for mode in reversed(above):
+            torch._C._push_on_torch_function_stack(mode)
+
+    def _functional_call(self, spec: tuple[str, tuple[float, float] | None], out: torch.Tensor) -> None:
+        """Measure one activation-function call: layer ``"<module>:<function>"``, ``#i`` for its
+        i-th call (from 0) by the same module in the pass."""
+        owner = self._fn_stack[-1]
+        if owner is None:    # inside a hooked activation module: its own hook measures it
+            return
+        fn, band = spec
+        i = self._fn_seen.get((owner, fn), 0)
+        self._fn_seen[owner, fn] = i + 1
+        name = f"{owner}:{fn}" if i == 0 else f"{owner}:{fn}#{i}"
+        stats = self._acts.get(name)
+        if stats is None:
+            if self._acts_fixed:
+                if name not in self._fn_late:
+                    self._fn_late.add(name)
+                    warnings.warn(f"activation function call {name} appeared after the first measured step "
+                                  "fixed the activation layers: it is not measured", RuntimeWarning, stacklevel=2)
+                return
+            stats = self._acts[name] = _ActStats(band)
+        stats.add(out)
 
     def _measure_acts(self) -> bool:
         return self.activations_every > 0 and self._step % self.activations_every == 0
@@ -522,10 +690,59 @@ class TorchWatcher:
             TrainingFailure: with ``on_critical="raise"``, when a critical event is not
                 handled by a rollback.
         """
+        if self._fn_on:      # a forward interrupted before its forward hook ran
+            self._fn_exit()
         s = self._step if step is None else int(step)
         scaler_skipped = self.scaler is not None and not self._stepped
         packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped)
+        # reset for the next step
+        self._grad_sq = None
+        self._ratio = None
+        self._stepped = False
+        for a in self._acts.values():
+            a.clear()
+        self._step = s + 1
+        self._acts_on = self._measure_acts()
+        if self.sync_every > 1:   # held on the device until the block is full
+            self._rows.append((s, packed, layout, host, scaler_skipped))
+            return self.flush() if len(self._rows) >= self.sync_every else []
         values, layout = self._transfer(packed, layout, host)   # the one host transfer
+        events = self._guard(s, self._feed(s, values, layout, host, scaler_skipped))
+        self.events.extend(events)
+        return events
+
+    def flush(self) -> list[ts.Event]:
+        """Feed the Monitor the steps that ``sync_every`` held back, in one transfer.
+
+        Called by :meth:`update` every ``sync_every`` steps and by :meth:`close`; call it
+        yourself before reading ``watcher.monitor`` mid-block (e.g. at a validation or a
+        checkpoint). Every held step is fed before the guards act, so nothing is lost when
+        ``on_critical="raise"`` raises.
+
+        Returns:
+            The events of the held steps, in step order (also in :attr:`events`).
+
+        Raises:
+            TrainingFailure: with ``on_critical="raise"``, when a held step raised a critical event.
+        """
+        rows, self._rows = self._rows, []
+        parts = [r[1] for r in rows if r[1] is not None]
+        flat = torch.cat(parts).cpu().numpy() if parts else np.zeros(0)   # the block's one transfer
+        fed: list[tuple[int, list[ts.Event]]] = []
+        pos = 0
+        for s, packed, layout, host, scaler_skipped in rows:
+            width = 0 if packed is None else packed.numel()
+            fed.append((s, self._feed(s, flat[pos:pos + width], layout, host, scaler_skipped)))
+            pos += width
+        events = [e for _, evs in fed for e in evs]
+        self.events.extend(events)
+        for s, evs in fed:
+            self._guard(s, evs)
+        return events
+
+    def _feed(self, s: int, values: Sequence[float] | np.ndarray, layout: list[tuple[str, int]],
+              host: dict[str, Any], scaler_skipped: bool) -> list[ts.Event]:
+        """Decode one step's transferred values and feed them to the Monitor; its events."""
         vec = np.asarray(values, dtype=np.float64)
         spans: dict[str, list[np.ndarray]] = {}
         pos = 0
@@ -534,6 +751,7 @@ class TorchWatcher:
             pos += width
         got = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in spans.items()}
         kw = self._signals(got, host)
+        self._acts_fixed = self._acts_fixed or "activations" in kw
         nonfinite_skip = (self.skip_nonfinite_steps and not scaler_skipped and "measured" in got
                           and not math.isfinite(got["measured"][0]))
         own: list[ts.Event] = self._pending
@@ -547,16 +765,6 @@ class TorchWatcher:
             self._skipped_run = 0
         events = self.monitor.update(step=s, events=own, **kw)
         self.last_signals = kw
-        # reset for the next step
-        self._grad_sq = None
-        self._ratio = None
-        self._stepped = False
-        for a in self._acts.values():
-            a.clear()
-        self._step = s + 1
-        self._acts_on = self._measure_acts()
-        events = self._guard(s, events)
-        self.events.extend(events)
         return events
 
     def _pack(self, loss: Any, grad_norm: Any, val_loss: Any, *, skipped: bool
@@ -575,7 +783,7 @@ class TorchWatcher:
             parts.append(t)
             layout.append((key, t.numel()))
 
-        host: dict[str, Any] = {}
+        host: dict[str, Any] = {"measured_acts": self._measure_acts()}
         for key, v in (("loss", loss), ("grad_norm", grad_norm), ("val_loss", val_loss)):
             if isinstance(v, torch.Tensor):
                 put(key, v)
@@ -637,7 +845,7 @@ class TorchWatcher:
             self.last_layer_update_ratios = ts.LayerValues(self.layer_names, got["ratio"][1:])
             if self.last_layer_update_ratios:
                 kw["layer_update_ratios"] = self.last_layer_update_ratios
-        if self._acts and self._measure_acts():
+        if self._acts and host.get("measured_acts"):
             dead = iter(got["dead"].tolist() if "dead" in got else [])
             sat = iter(got["sat"].tolist() if "sat" in got else [])
             called = set(host.get("act_names", ()))
@@ -762,11 +970,18 @@ class TorchWatcher:
         return self._step
 
     def close(self) -> None:
-        """Remove every hook this watcher installed (optimizer and forward hooks)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        self._snapshot = None
+        """Feed the steps still held back (``sync_every``), then remove every hook this watcher
+        installed (optimizer and forward hooks)."""
+        if self._fn_on:      # a forward interrupted before its forward hook ran
+            self._fn_exit()
+        try:
+            if self._rows:
+                self.flush()
+        finally:
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+            self._snapshot = None
 
     def __enter__(self) -> TorchWatcher:
         return self

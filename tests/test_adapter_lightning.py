@@ -199,6 +199,22 @@ def test_lr_x100_is_critical_within_a_window_and_stops_the_trainer(seed: int, tm
     assert any(e.kind.value == "lr_anomaly" and e.step == FAULT for e in cb.events)
 
 
+def test_sync_every_feeds_every_step_and_validation_in_order_and_still_stops() -> None:
+    spy = Spy()
+    cb = TrainSignalsCallback(ts.Monitor(total_steps=STEPS, recorder=spy), verbose=0, sync_every=7)
+    fit(DigitsMLP(0), [cb], val=True, val_check_interval=50)
+    # validations (every 50 batches, not on a block boundary) first feed the held steps
+    assert [s for s, _ in spy.train_rows()] == list(range(STEPS))
+    assert [s for s, r in spy.rows if "val_loss" in r] == list(range(49, STEPS, 50))
+    assert loud(cb.events) == []
+    cb2 = TrainSignalsCallback(verbose=0, sync_every=7)
+    trainer = fit(DigitsMLP(0), [LRFault(FAULT, 100.0), cb2])
+    crit = [e for e in cb2.events if e.severity == "critical" and e.kind.value in CRITICAL_KINDS]
+    assert crit and FAULT <= crit[0].step <= FAULT + WINDOW
+    assert cb2.stopped_step is not None and crit[0].step <= cb2.stopped_step < crit[0].step + 7
+    assert trainer.global_step == cb2.stopped_step + 1
+
+
 def test_a_critical_event_the_watchers_rollback_handles_does_not_stop() -> None:
     cb = TrainSignalsCallback(verbose=0, rollback=True, rollback_every=20, rollback_lr_factor=0.01)
     trainer = fit(DigitsMLP(0), [LRFault(FAULT, 100.0), cb])
