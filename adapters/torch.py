@@ -398,6 +398,7 @@ class TorchWatcher:
         self._lr_sq_key: tuple[float, ...] | None = None
         self._lr_sq: torch.Tensor | None = None
         self._w_sq: torch.Tensor | None = None
+        self._buf_lr_sq: torch.Tensor | None = None     # lr**2 when the update is read from SGD's momentum buffers
         self._stepped = False
         self._skipped_run = 0
         self._handles: list[Any] = [
@@ -533,13 +534,16 @@ class TorchWatcher:
         return out
 
     def _grad_sq_now(self) -> torch.Tensor:
-        grads = [p.grad for p in self._params]
-        if all(g is not None for g in grads):
-            return self._norms(grads)   # type: ignore[arg-type]
-        present = [i for i, g in enumerate(grads) if g is not None]
-        out = torch.zeros(len(grads), device=self._device)
+        return self._sq_norms([p.grad for p in self._params])
+
+    def _sq_norms(self, tensors: list[torch.Tensor | None]) -> torch.Tensor:
+        """Squared norms, one per parameter; 0 where the tensor is None."""
+        if all(t is not None for t in tensors):
+            return self._norms(tensors)   # type: ignore[arg-type]
+        present = [i for i, t in enumerate(tensors) if t is not None]
+        out = torch.zeros(len(tensors), device=self._device)
         if present:
-            sq = self._norms([g for g in grads if g is not None])
+            sq = self._norms([t for t in tensors if t is not None])
             out[torch.tensor(present, device=self._device)] = sq
         return out
 
@@ -577,11 +581,14 @@ class TorchWatcher:
             if self._measure_ratio():
                 params = [p.detach() for p in self._params]
                 self._w_sq = self._norms(params)
-                lr_sq = self._plain_sgd_lr_sq(optimizer) if from_hook else None
+                lr_sq = self._sgd_lr_sq(optimizer, momentum=False) if from_hook else None
                 if lr_sq is not None and self._grad_sq is not None:
                     # plain SGD: the step is exactly -lr * g, so ||dw|| = lr * ||g||: no copy needed
                     self._ratio = self._ratios(self._grad_sq * lr_sq, self._w_sq)
                     self._w_sq = None
+                elif (buf_lr_sq := self._sgd_lr_sq(optimizer, momentum=True)) is not None:
+                    # SGD with momentum: the step is -lr * the momentum buffer it leaves (read in the post-hook)
+                    self._buf_lr_sq = buf_lr_sq
                 elif self.update_ratio_every == 1:   # every step: one buffer, kept
                     if self._ratio_buf is None:
                         self._ratio_buf = [torch.empty_like(p) for p in params]
@@ -627,6 +634,15 @@ class TorchWatcher:
         if self.skip_nonfinite_steps and self.scaler is None:
             with torch.no_grad():
                 self._skip_finish(optimizer)
+        if self._buf_lr_sq is not None and self._w_sq is not None:
+            with torch.no_grad():
+                state = optimizer.state
+                bufs = [state[p].get("momentum_buffer") if p.grad is not None and p in state else None
+                        for p in self._params]   # no grad: SGD leaves the parameter (and its stale buffer)
+                self._ratio = self._ratios(self._sq_norms(bufs) * self._buf_lr_sq, self._w_sq)
+            self._buf_lr_sq = None
+            self._w_sq = None
+            return
         if self._snapshot is None or self._w_sq is None:
             return
         with torch.no_grad():
@@ -642,13 +658,22 @@ class TorchWatcher:
         d_l, w_l = self._per_layer(d_sq), self._per_layer(w_sq)
         return torch.cat([glob.reshape(1), d_l.sqrt() / w_l.sqrt().clamp_min(1e-30)])
 
-    def _plain_sgd_lr_sq(self, optimizer: Any) -> torch.Tensor | None:
-        """lr**2 per parameter when every group is plain SGD (no momentum, no weight decay), else None."""
+    def _sgd_lr_sq(self, optimizer: Any, *, momentum: bool) -> torch.Tensor | None:
+        """lr**2 per parameter when every param group is ``torch.optim.SGD`` of the kind asked
+        (a float lr), else None: ``momentum=False``, plain SGD (no momentum, no weight decay),
+        whose step is ``-lr * g``; ``momentum=True``, SGD with momentum and without Nesterov
+        (weight decay, dampening, ``maximize`` allowed), whose step is ``-lr`` times the momentum
+        buffer it leaves."""
         if type(optimizer) is not torch.optim.SGD:
             return None
         lrs: dict[int, float] = {}
         for group in optimizer.param_groups:
-            if group.get("momentum", 0) or group.get("weight_decay", 0) or isinstance(group["lr"], torch.Tensor):
+            if isinstance(group["lr"], torch.Tensor):
+                return None
+            if momentum:
+                if not group.get("momentum", 0) or group.get("nesterov", False):
+                    return None
+            elif group.get("momentum", 0) or group.get("weight_decay", 0):
                 return None
             for p in group["params"]:
                 lrs[id(p)] = float(group["lr"])

@@ -27,7 +27,7 @@ wall time spent in the measuring code itself, timed around it (for the watcher: 
 inputs replayed alone outside it. On a GPU, where the kernels run asynchronously, judge by the step difference:
 own time counts only what the host waits for.
 
-Run: ``python benchmarks/bench_torch.py [--steps 30] [--repeats 3] [--device cpu] [--models mlp,cnn,gpt2]``.
+Run: ``python benchmarks/bench_torch.py [--steps 30] [--repeats 3] [--device cpu] [--models mlp,cnn,gpt2] [--optimizer sgdm|adamw]``.
 """
 
 from __future__ import annotations
@@ -141,7 +141,8 @@ def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
     ``Monitor.update`` inside the loop and replayed alone on the same inputs."""
     torch.manual_seed(0)
     model = make().to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    opt = (torch.optim.AdamW(model.parameters(), lr=1e-4) if OPTIMIZER == "adamw"
+           else torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
     watcher: TimedWatcher | None = None
     if variant.startswith("watcher"):
         every = {"watcher": 0, "watcher+ratio": 10, "watcher+ratio1": 1, "watcher/sync10": 0}[variant]
@@ -204,6 +205,10 @@ try:
     from lightning.pytorch.utilities import grad_norm as lightning_grad_norm
 except ImportError:  # pragma: no cover - the [lightning] extra is not installed
     lightning_grad_norm = None
+
+#: ``sgdm``: SGD with momentum 0.9 (the update ratio is read from its momentum buffers); ``adamw``:
+#: AdamW (the update ratio needs a copy of the parameters on measuring steps). Set by ``--optimizer``.
+OPTIMIZER = "sgdm"
 
 VARIANTS = ("bare", "watcher", "watcher/sync10", "watcher+ratio", "watcher+ratio1", "recipe", "lightning", "foreach")
 
@@ -271,13 +276,17 @@ def main() -> None:
     ap.add_argument("--models", default="mlp,cnn,gpt2", help="comma-separated: mlp, mlp256, cnn, gpt2")
     ap.add_argument("--gpt2-batch", type=int, default=1)
     ap.add_argument("--gpt2-seq", type=int, default=64)
+    ap.add_argument("--optimizer", default="sgdm", choices=("sgdm", "adamw"),
+                    help="sgdm: SGD + momentum 0.9 (default); adamw: AdamW")
     args = ap.parse_args()
+    global OPTIMIZER
+    OPTIMIZER = args.optimizer
     device = torch.device(args.device)
     torch.manual_seed(0)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     bw = read_bandwidth(device)
     print(f"torch {torch.__version__}, device {device} ({name}), {torch.get_num_threads()} threads, "
-          f"read bandwidth {bw / 1e9:.1f} GB/s")
+          f"read bandwidth {bw / 1e9:.1f} GB/s, optimizer {OPTIMIZER}")
     models = args.models.split(",")
     if "mlp" in models:
         bench("MLP 100 layers x 256, batch 64", deep_mlp, torch.randn(64, 64, device=device),

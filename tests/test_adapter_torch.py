@@ -238,9 +238,14 @@ def test_gradient_accumulation_is_measured_once_per_optimizer_step() -> None:
 
 
 @pytest.mark.parametrize(("make_opt", "every"), [
-    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 3),        # a copy per measuring step
-    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1),        # one kept buffer
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 3),        # lr * ||momentum buffer||, no copy
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1),
+    (lambda ps: torch.optim.SGD([{"params": ps[:2], "lr": 0.3}, {"params": ps[2:]}], lr=0.05, momentum=0.8,
+                                dampening=0.3, weight_decay=1e-2), 2),
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True), 3),   # a copy per measuring step
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True), 1),   # one kept buffer
     (lambda ps: torch.optim.AdamW(ps, lr=1e-3), 1),
+    (lambda ps: torch.optim.AdamW(ps, lr=1e-3), 2),
     (lambda ps: torch.optim.SGD(ps, lr=0.1), 3),                      # plain SGD: lr * ||g||, no copy
     (lambda ps: torch.optim.SGD([{"params": ps[:2], "lr": 0.3}, {"params": ps[2:]}], lr=0.05), 1),
 ])
