@@ -208,9 +208,11 @@ class TorchWatcher:
         update_ratio_every: measure ‖Δw‖/‖w‖ every this many optimizer steps (0: never). Costs
             one pass over the parameters (their norms) and one copy of them, taken in the
             pre-hook and differenced in the post-hook: allocated on measuring steps only, or kept
-            allocated when measuring every step (``1``). With plain SGD (no momentum, no weight
-            decay) the step is exactly ``-lr * g``, so ``‖Δw‖ = lr ‖g‖`` is derived from the grad
-            norms already measured: no copy at all.
+            allocated when measuring every step (``1``). No copy with ``torch.optim.SGD``: plain
+            SGD (no momentum, no weight decay) steps by exactly ``-lr * g``, so ``‖Δw‖ = lr ‖g‖``
+            comes from the grad norms already measured; SGD with momentum (not Nesterov) steps by
+            ``-lr`` times the momentum buffer it leaves, so ``‖Δw‖ = lr ‖buffer‖`` (one norm pass
+            over the buffers in the post-hook).
         activations_every: measure activation statistics every this many steps (0: never).
         activation_types: module classes whose outputs are measured.
         functional_activations: also measure the activation functions called inside the

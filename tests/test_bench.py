@@ -334,8 +334,9 @@ def test_run_bench_orders_and_names() -> None:
 def test_rows_table_and_markdown_render() -> None:
     res = _result()
     rows = dict(res.rows())
-    assert rows["divergence (n=4)"] == ["50% / 75% / 20", "25% / 25% / 50"]
-    assert rows["nonfinite (n=1)"] == ["100% / 100% / 0", "0% / 0% / -"]
+    # median delay, then the p90 in brackets: delays 10 and 30 -> 20 (28)
+    assert rows["divergence (n=4)"] == ["50% / 75% / 20 (28)", "25% / 25% / 50 (50)"]
+    assert rows["nonfinite (n=1)"] == ["100% / 100% / 0 (0)", "0% / 0% / -"]
     assert rows["healthy: any alarm (n=3)"] == ["33.3%", "0.0%"]
     assert rows["faulty: alarm before onset (n=5)"] == ["20.0%", "0.0%"]
     assert rows["non-finite: warned before blow-up, div/grad / any (n=3)"] == ["33% / 67%", "33% / 33%"]
@@ -351,7 +352,7 @@ def test_rows_table_and_markdown_render() -> None:
     lines = md.splitlines()
     assert lines[2] == "| | trainsignals | other |"
     assert lines[3] == "|---|---:|---:|"
-    assert "| divergence (n=4) | 50% / 75% / 20 | 25% / 25% / 50 |" in lines
+    assert "| divergence (n=4) | 50% / 75% / 20 (28) | 25% / 25% / 50 (50) |" in lines
 
 
 def test_to_dict_is_json_and_carries_unmet_targets() -> None:

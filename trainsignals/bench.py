@@ -722,7 +722,7 @@ def _us(x: float) -> str:
 
 
 LEGEND = (
-    "kind rows: right-kind detection / any-kind detection / median delay (steps); "
+    "kind rows: right-kind detection / any-kind detection / median delay (p90 delay) in steps; "
     "non-finite rows: curves that blow up after the onset"
 )
 
@@ -765,7 +765,10 @@ class BenchResult:
                 if ks is None:
                     cells.append("-")
                 else:
-                    cells.append(f"{_pct0(ks.rate)} / {_pct0(ks.rate_any)} / {_num(ks.median_delay)}")
+                    delay = _num(ks.median_delay)
+                    if ks.p90_delay is not None:
+                        delay += f" ({_num(ks.p90_delay)})"
+                    cells.append(f"{_pct0(ks.rate)} / {_pct0(ks.rate_any)} / {delay}")
             out.append((f"{kind} (n={n})", cells))
         if any_score is None:
             return out
