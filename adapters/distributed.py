@@ -473,6 +473,9 @@ class DistributedWatcher(TorchWatcher):
             latest update (NaN where not measured).
     """
 
+    #: the gathered layout has no slot for it: not measured
+    _measures_applied = False
+
     def __init__(
         self,
         model: nn.Module,

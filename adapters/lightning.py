@@ -101,6 +101,7 @@ if not logging.getLogger().hasHandlers():   # as lightning.pytorch does for its 
 
 _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
 _SIGNALS = ("loss", "grad_norm", "lr", "update_ratio")
+_LOGGED = (*_SIGNALS, "grad_norm_applied")   # the norm after clipping: logged, not a Monitor input
 #: TorchWatcher arguments the callback sets itself.
 _RESERVED = ("model", "optimizer", "monitor", "recorder", "total_steps", "scaler", "on_critical")
 
@@ -413,6 +414,8 @@ class TrainSignalsCallback(Callback):
         # with sync_every > 1 the step may still be held on the device: its signals come later
         fed = self.watcher.monitor.step == step
         signals = {k: v for k, v in self.watcher.last_signals.items() if k in _SIGNALS} if fed else {}
+        if fed and self.watcher.last_applied_grad_norm is not None:
+            signals["grad_norm_applied"] = self.watcher.last_applied_grad_norm   # after Lightning clipped
         self._handle(trainer, step, events, criticals_count=not handled, signals=signals)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -472,7 +475,7 @@ class TrainSignalsCallback(Callback):
         if not force and not (signals and every and (step + 1) % every == 0):
             return
         p = self.prefix
-        metrics = {f"{p}/{k}": float(v) for k, v in signals.items() if k in _SIGNALS}
+        metrics = {f"{p}/{k}": float(v) for k, v in signals.items() if k in _LOGGED}
         if self.event_counts:
             metrics.update({f"{p}/events/{k}": float(n) for k, n in self.event_counts.items()})
             metrics[f"{p}/events/total"] = float(sum(self.event_counts.values()))

@@ -290,10 +290,17 @@ class TorchWatcher:
             (``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``layer_grad_norms``... as
             measured; absent when not measured or not fed).
         last_layer_update_ratios: per-layer ‖Δw‖/‖w‖ of the latest measuring step (or None).
+        last_applied_grad_norm: the global norm of the gradients the latest step applied —
+            after clipping (and unscaling) — when :meth:`capture_grads` measured them before
+            (the Monitor's ``grad_norm`` is then the norm before clipping); None otherwise, and
+            with :class:`~trainsignals.adapters.distributed.DistributedWatcher`.
         events: every event :meth:`update` returned (the Monitor's and the adapter's own).
         failure_events: the critical events that stopped (or would have stopped) the run.
         n_rollbacks: rollbacks done so far.
     """
+
+    #: whether the norm of the applied (clipped) gradients is measured after capture_grads()
+    _measures_applied = True
 
     def __init__(
         self,
@@ -400,7 +407,10 @@ class TorchWatcher:
         self._lr_sq_key: tuple[float, ...] | None = None
         self._lr_sq: torch.Tensor | None = None
         self._w_sq: torch.Tensor | None = None
-        self._buf_lr_sq: torch.Tensor | None = None     # lr**2 when the update is read from SGD's momentum buffers
+        self._buf_lr_sq: torch.Tensor | None = None
+        self._applied_sq: torch.Tensor | None = None    # squared global norm of the gradients the step applied
+        self._captured = False                           # capture_grads() measured this step
+        self.last_applied_grad_norm: float | None = None     # lr**2 when the update is read from SGD's momentum buffers
         self._stepped = False
         self._skipped_run = 0
         self._handles: list[Any] = [
@@ -552,8 +562,9 @@ class TorchWatcher:
     def capture_grads(self) -> None:
         """Measure the gradients now (call after ``backward()``, before clipping or unscaling).
 
-        The optimizer's pre-hook then does not measure this step again, so the Monitor sees
-        the norms before clipping. Under a GradScaler whose ``unscale_`` was not called yet,
+        The optimizer's pre-hook then does not measure this step's norms again, so the Monitor
+        sees the norms before clipping; it measures only the global norm of the gradients the
+        step applies (:attr:`last_applied_grad_norm`: after clipping and unscaling). Under a GradScaler whose ``unscale_`` was not called yet,
         the norms are divided by the current scale (a device tensor: no synchronisation).
         """
         with torch.no_grad():
@@ -564,6 +575,7 @@ class TorchWatcher:
                     1.0 / float(self.scaler.get_scale())
                 sq = sq * inv * inv
             self._grad_sq = sq
+            self._captured = True
 
     def _unscaled(self) -> bool:
         """Whether ``scaler.unscale_(optimizer)`` already ran for this step."""
@@ -633,6 +645,12 @@ class TorchWatcher:
 
     def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._stepped = True
+        if self._captured and self._measures_applied:
+            # capture_grads() measured the gradients before clipping (or unscaling); here they
+            # are what the step applied (also when a closure ran backward inside step()): one
+            # more fused norm pass, on such steps only
+            with torch.no_grad():
+                self._applied_sq = self._grad_sq_now().sum()
         if self.skip_nonfinite_steps and self.scaler is None:
             with torch.no_grad():
                 self._skip_finish(optimizer)
@@ -724,6 +742,8 @@ class TorchWatcher:
         packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped)
         # reset for the next step
         self._grad_sq = None
+        self._applied_sq = None
+        self._captured = False
         self._ratio = None
         self._stepped = False
         for a in self._acts.values():
@@ -778,6 +798,7 @@ class TorchWatcher:
             pos += width
         got = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in spans.items()}
         kw = self._signals(got, host)
+        self.last_applied_grad_norm = float(got["applied"][0]) if "applied" in got else None
         self._acts_fixed = self._acts_fixed or "activations" in kw
         nonfinite_skip = (self.skip_nonfinite_steps and not scaler_skipped and "measured" in got
                           and not math.isfinite(got["measured"][0]))
@@ -823,6 +844,8 @@ class TorchWatcher:
                 put("layers", self._per_layer(grad_sq).sqrt())
         if self._ratio is not None and not skipped:
             put("ratio", self._ratio)
+        if self._applied_sq is not None and not skipped:
+            put("applied", self._applied_sq.sqrt())
         lrs = [g["lr"] for g in self.optimizer.param_groups]
         if any(isinstance(lr, torch.Tensor) for lr in lrs):
             put("lrs", torch.stack([torch.as_tensor(lr, dtype=torch.float32).reshape(()).to(self._device)

@@ -297,10 +297,15 @@ def test_signals_and_event_counts_are_in_the_csv_metrics(tmp_path: Path) -> None
 def test_grad_norm_is_the_one_before_lightning_clips(tmp_path: Path) -> None:
     spy, direct = Spy(), GradSpy()
     cb = TrainSignalsCallback(ts.Monitor(recorder=spy), verbose=0)
-    fit(DigitsMLP(0), [direct, cb], steps=20, gradient_clip_val=0.01)
+    trainer = fit(DigitsMLP(0), [direct, cb], steps=20, gradient_clip_val=0.01, tmp_path=tmp_path,
+                  log_every_n_steps=1)
     fed = [r["grad_norm"] for _, r in spy.train_rows()]
     assert fed == pytest.approx(direct.norms, rel=1e-5)
     assert min(fed) > 0.01                                  # the unclipped norm, not the clip value
+    # the norm after Lightning clipped it is logged beside it
+    applied = [float(r["trainsignals/grad_norm_applied"]) for r in metrics_csv(trainer)
+               if r.get("trainsignals/grad_norm_applied")]
+    assert len(applied) == 20 and applied == pytest.approx([0.01] * 20, rel=1e-3)
 
 
 # ------------------------------------------------------------------------------------------

@@ -307,11 +307,14 @@ def test_capture_grads_sees_the_norm_before_clipping() -> None:
     opt.step()
     w.update()
     assert spy.fed[0]["grad_norm"] == pytest.approx(total.item(), rel=1e-5)
+    # the norm the step applied, after clipping, is recorded too
+    assert total.item() > 1e-2 and w.last_applied_grad_norm == pytest.approx(1e-3, rel=1e-3)
     F.cross_entropy(model(X[:32]), y[:32]).backward()
     total = nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
     opt.step()
     w.update(grad_norm=total)
     assert spy.fed[1]["grad_norm"] == pytest.approx(total.item(), rel=1e-5)
+    assert w.last_applied_grad_norm is None     # without capture_grads the hook measured after clipping
     assert math.sqrt(sum(v * v for v in spy.fed[1]["layer_grad_norms"].values())) == pytest.approx(1e-3, rel=1e-3)
 
 
