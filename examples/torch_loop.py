@@ -9,12 +9,16 @@ and on the critical divergence the model and optimizer go back to the last quiet
 learning rate halved (the snapshot holds the optimizer's learning rate from before the fault),
 and training goes on to the end.
 
-Run: ``python examples/torch_loop.py [--rollback]`` (a few seconds on a CPU).
+With ``--sync-every N`` the watcher holds its measurements on the device and brings them to the
+host once every N steps (``sync_every``): the same events, reported up to N - 1 steps later, and
+the stop comes at the end of the block that holds the failure.
+
+Run: ``python examples/torch_loop.py [--rollback | --sync-every 10]`` (a few seconds on a CPU).
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import torch
 from sklearn.datasets import load_digits
@@ -24,7 +28,7 @@ from torch.nn import functional as F
 from trainsignals.adapters.torch import TorchWatcher
 
 
-def main(steps: int = 300, bump_at: int = 200, rollback: bool = False) -> None:
+def main(steps: int = 300, bump_at: int = 200, rollback: bool = False, sync_every: int = 1) -> None:
     X, y = load_digits(return_X_y=True)
     X_t, y_t = torch.tensor(X / 16.0, dtype=torch.float32), torch.tensor(y)
     torch.manual_seed(0)
@@ -34,7 +38,7 @@ def main(steps: int = 300, bump_at: int = 200, rollback: bool = False) -> None:
     guards = dict(rollback=True, rollback_every=50, rollback_lr_factor=0.5, skip_nonfinite_steps=True) \
         if rollback else {}
     watcher = TorchWatcher(model, optimizer, total_steps=steps, per_layer="module", activations_every=10,
-                           **guards)
+                           sync_every=sync_every, **guards)
     for step in range(steps):
         idx = torch.randint(0, len(X_t), (128,), generator=gen)
         if step == bump_at:
@@ -54,4 +58,9 @@ def main(steps: int = 300, bump_at: int = 200, rollback: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(rollback="--rollback" in sys.argv[1:])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--rollback", action="store_true", help="skip non-finite steps and roll back on divergence")
+    how.add_argument("--sync-every", type=int, default=1, metavar="N", help="bring measurements to the host every N steps")
+    args = ap.parse_args()
+    main(rollback=args.rollback, sync_every=args.sync_every)
