@@ -385,7 +385,9 @@ class TrainSignalsCallback(Callback):
         """Measure the gradients: after backward, before clipping, unscaled under a GradScaler."""
         if self.watcher is None or getattr(optimizer, "_optimizer", optimizer) is not self._optimizer:
             return
-        self.watcher.capture_grads()
+        # the applied (clipped) norm differs only when Lightning clips, or the user may (manual optimization)
+        clip = trainer.gradient_clip_val
+        self.watcher.capture_grads(applied=bool(clip) or not pl_module.automatic_optimization)
         self._opt_steps += 1
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,

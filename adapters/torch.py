@@ -409,7 +409,7 @@ class TorchWatcher:
         self._w_sq: torch.Tensor | None = None
         self._buf_lr_sq: torch.Tensor | None = None
         self._applied_sq: torch.Tensor | None = None    # squared global norm of the gradients the step applied
-        self._captured = False                           # capture_grads() measured this step
+        self._applied_due = False                        # capture_grads(applied=True) this step
         self.last_applied_grad_norm: float | None = None     # lr**2 when the update is read from SGD's momentum buffers
         self._stepped = False
         self._skipped_run = 0
@@ -559,13 +559,17 @@ class TorchWatcher:
             out[torch.tensor(present, device=self._device)] = sq
         return out
 
-    def capture_grads(self) -> None:
+    def capture_grads(self, applied: bool = True) -> None:
         """Measure the gradients now (call after ``backward()``, before clipping or unscaling).
 
         The optimizer's pre-hook then does not measure this step's norms again, so the Monitor
-        sees the norms before clipping; it measures only the global norm of the gradients the
-        step applies (:attr:`last_applied_grad_norm`: after clipping and unscaling). Under a GradScaler whose ``unscale_`` was not called yet,
+        sees the norms before clipping. Under a GradScaler whose ``unscale_`` was not called yet,
         the norms are divided by the current scale (a device tensor: no synchronisation).
+
+        Args:
+            applied: also measure, after the step, the global norm of the gradients it applied
+                (:attr:`last_applied_grad_norm`: after clipping and unscaling) — one more fused
+                norm pass; pass False when nothing changes the gradients in between.
         """
         with torch.no_grad():
             sq = self._grad_sq_now()
@@ -575,7 +579,7 @@ class TorchWatcher:
                     1.0 / float(self.scaler.get_scale())
                 sq = sq * inv * inv
             self._grad_sq = sq
-            self._captured = True
+            self._applied_due = applied
 
     def _unscaled(self) -> bool:
         """Whether ``scaler.unscale_(optimizer)`` already ran for this step."""
@@ -645,7 +649,7 @@ class TorchWatcher:
 
     def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._stepped = True
-        if self._captured and self._measures_applied:
+        if self._applied_due and self._measures_applied:
             # capture_grads() measured the gradients before clipping (or unscaling); here they
             # are what the step applied (also when a closure ran backward inside step()): one
             # more fused norm pass, on such steps only
@@ -743,7 +747,7 @@ class TorchWatcher:
         # reset for the next step
         self._grad_sq = None
         self._applied_sq = None
-        self._captured = False
+        self._applied_due = False
         self._ratio = None
         self._stepped = False
         for a in self._acts.values():

@@ -285,6 +285,7 @@ def test_signals_and_event_counts_are_in_the_csv_metrics(tmp_path: Path) -> None
         if "update_ratio" in fed[s]:
             assert float(r["trainsignals/update_ratio"]) == pytest.approx(fed[s]["update_ratio"], rel=1e-6)
     assert any(r.get("trainsignals/update_ratio") for r in rows)
+    assert not any(r.get("trainsignals/grad_norm_applied") for r in rows)   # no clipping: not measured
     last = rows[-1]
     assert int(last["step"]) == cb.stopped_step
     for kind, n in cb.event_counts.items():

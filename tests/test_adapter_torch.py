@@ -164,8 +164,8 @@ def test_layer_names_and_grad_norms_match_named_parameters() -> None:
         TorchWatcher(model, opt, per_layer="layer")  # type: ignore[arg-type]
 
 
-def test_one_host_transfer_per_update(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Count every host transfer of the loop with and without the watcher: the watcher adds one."""
+def count_host_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Patch every Tensor method that brings values to the host; the list they append their names to."""
     calls: list[str] = []
     for meth in ("item", "tolist", "cpu", "numpy", "__float__", "__bool__", "__int__", "__index__"):
         orig = getattr(torch.Tensor, meth)
@@ -175,6 +175,12 @@ def test_one_host_transfer_per_update(monkeypatch: pytest.MonkeyPatch) -> None:
             return _orig(self, *a, **k)
 
         monkeypatch.setattr(torch.Tensor, meth, counted)
+    return calls
+
+
+def test_one_host_transfer_per_update(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count every host transfer of the loop with and without the watcher: the watcher adds one."""
+    calls = count_host_calls(monkeypatch)
     X, y = digits()
 
     def loop(watch: bool) -> list[str]:

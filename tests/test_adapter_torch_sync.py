@@ -16,7 +16,7 @@ from trainsignals import TrainingFailure  # noqa: E402
 from trainsignals.adapters.torch import TorchWatcher  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_adapter_torch import digits, mlp  # noqa: E402
+from test_adapter_torch import count_host_calls, digits, mlp  # noqa: E402
 
 
 def run(sync_every: int, steps: int = 240, *, lr_bump: int | None = None, nan_at: int | None = None,
@@ -73,15 +73,7 @@ def test_the_monitor_sees_the_same_run(k: int) -> None:
 
 
 def test_one_transfer_per_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
-    for meth in ("item", "tolist", "cpu", "numpy", "__float__"):
-        orig = getattr(torch.Tensor, meth)
-
-        def counted(self: Any, *a: Any, _orig: Any = orig, _name: str = meth, **k: Any) -> Any:
-            calls.append(_name)
-            return _orig(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, meth, counted)
+    calls = count_host_calls(monkeypatch)
     X, y = digits()
     model = mlp(0)
     opt = torch.optim.Adam(model.parameters(), 1e-3)

@@ -234,18 +234,25 @@ class LayerGradCliff(Detector):
                 i += 1
         return events
 
-    def _fast_rows(self, mat: np.ndarray, steps: np.ndarray, i: int) -> int:
-        """Vectorised advance over rows while no event is possible (all finite, no cliff)."""
+    def _gaps(self, mat: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The fast paths' common start: ``(fast, slow, below, dropped)`` per row from ``i`` —
+        decades below the median layer and below the layer's own history — or None when no
+        vectorised advance is possible (warming up, cooling down, new layers, a non-finite row)."""
         if self._n <= self.warmup or self._cooldown_left or len(self._f) != mat.shape[1]:
-            return 0
+            return None
         levels = self._levels(mat, i)
         if levels is None:
-            return 0
+            return None
         f, s = levels
+        return f, s, middle(f)[:, None] - f, s - f
+
+    def _fast_rows(self, mat: np.ndarray, steps: np.ndarray, i: int) -> int:
+        """Vectorised advance over rows while no event is possible (all finite, no cliff)."""
+        gaps = self._gaps(mat, i)
+        if gaps is None:
+            return 0
+        f, s, below, dropped = gaps
         lim = len(f)
-        med = middle(f)
-        below = med[:, None] - f
-        dropped = s - f
         med_drop = middle(dropped)
         cliff = ((below >= self.gap) | ((dropped >= self.drop) & (med_drop[:, None] < 1.0))).any(axis=1)
         k = int(np.argmax(cliff)) if cliff.any() else lim

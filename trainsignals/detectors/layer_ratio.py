@@ -140,15 +140,11 @@ class LayerUpdateRatio(LayerGradCliff):
 
     def _fast_rows(self, mat: np.ndarray, steps: np.ndarray, i: int) -> int:
         """Vectorised advance over rows while no event is possible (all finite, every layer in band)."""
-        if self._n <= self.warmup or self._cooldown_left or len(self._f) != mat.shape[1]:
+        gaps = self._gaps(mat, i)
+        if gaps is None:
             return 0
-        levels = self._levels(mat, i)
-        if levels is None:
-            return 0
-        f, s = levels
+        f, s, below, dropped = gaps
         lim = len(f)
-        below = middle(f)[:, None] - f
-        dropped = s - f
         med_drop = middle(dropped)
         med_rise = -med_drop
         calm = (below < 1.0) & (dropped < 1.0)
