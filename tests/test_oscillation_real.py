@@ -54,7 +54,7 @@ def test_real_oscillation_runs_are_caught_within_the_window(real):
     runs = [c for c in real if str(c.kind) == "oscillation"]
     assert len(runs) >= 10
     rate = np.mean([caught(c) for c in runs])
-    assert rate >= 0.5, rate
+    assert rate >= 0.7, rate  # 11 of 15 (73 %) on the committed suite
 
 
 def test_the_regime_path_catches_what_the_pattern_test_misses(real):

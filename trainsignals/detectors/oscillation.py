@@ -130,9 +130,12 @@ def _shift_test(ys: Sequence[float], gs: Sequence[float], w2: int, efficiency: f
     if abs(rise) > efficiency * _spread(res):  # a climb or a fall within the window: it moves
         return 0.0, 0.0
     rl = _scale(res) / _scale(_residuals(list(islice(ys, 0, w2)))[0]) * math.exp(lvl)
-    gc, gr = _residuals(list(islice(gs, m - w2, m)))[0], _residuals(list(islice(gs, 0, w2)))[0]
-    rg = _scale(gc) / _scale(gr) if gc and gr else math.inf
-    return rl, rg
+    gcur, gref = list(islice(gs, m - w2, m)), list(islice(gs, 0, w2))
+    gc, gr = _residuals(gcur)[0], _residuals(gref)[0]
+    if not (gc and gr):
+        return rl, math.inf
+    # the grad norm moved too: its swings widened, or its level rose (a sharper region)
+    return rl, max(_scale(gc) / _scale(gr), math.exp(_median(gcur) - _median(gref)))
 
 
 class Oscillation(PairDetector):
@@ -194,13 +197,19 @@ class Oscillation(PairDetector):
       falls while keeping its noise in loss units keeps this ratio near 1 (its log-space noise
       grows as ``1 / level``: the level allowance of the first path); a loss that jumps up and
       bounces at the higher level, or whose band widens, does not;
-    * when the grad norm is known in both windows, its robust residual scale (log space) is at
-      least ``grad_shift`` times the reference's: the grad norm swings too.
+    * when the grad norm is known in both windows, it moved too: its robust residual scale (log
+      space) or its median is at least ``grad_shift`` times the reference's. A step size past
+      the edge of stability makes the grad norm swing wider, or lifts it as a whole (the run
+      moves to a sharper region), and often both.
 
-    The second path is examined every 8th value while *armed*: for ``3 * window // 2`` values
-    after a value at which the local swing ``v`` of the loss exceeds ``shift_ratio`` times its
-    baseline ``b``, and so does the grad norm's when it is known (both swing at once). Steady
-    runs pay nothing; the test itself costs about as much as the first path's.
+    The second path is examined every 8th value while *armed*: for ``4 * window - 3 * window //
+    2`` values (80 at the default window) after a value at which the local swing ``v`` of the
+    loss exceeds ``shift_ratio`` times its baseline ``b``, and so does the grad norm's when it
+    is known (both swing at once). That is as long as the reference window still lies before
+    the arming value: a jump onto a noisier plateau arms the watch, and the comparison of the
+    plateau with what came before is possible only once the current window has left the
+    jump, ``3 * window // 2`` values later. Steady runs pay nothing; the test itself costs
+    about as much as the first path's.
 
     ``onset_step`` is the start of the examined window (the last ``window`` values, or the
     current window of the second path). No event in the first ``warmup`` values; quiet for
@@ -218,8 +227,8 @@ class Oscillation(PairDetector):
             large-sample false-alarm probability on white noise), in (0, 1).
         shift: swing ratio in loss units, current window over reference, that fires the second
             path, > 1.
-        grad_shift: grad-norm swing ratio that the second path also needs when the grad norm
-            is known, > 0.
+        grad_shift: ratio of the grad norm's swing, or of its level, that the second path also
+            needs when the grad norm is known, > 0.
         shift_ratio: local-to-baseline swing ratio (of the loss and of the grad norm) that arms
             the second path, in (1, ratio].
         var_alpha: weight of the local swing, in (0, 1).
@@ -416,7 +425,7 @@ class Oscillation(PairDetector):
         if vl > r2 * bl_prev or (bg_prev > 0.0 and vg > r2 * bg_prev):
             w = self.window
             if vl > r2 * bl_prev and (bg_prev <= 0.0 or vg > r2 * bg_prev):
-                self._cooldown_left = -(3 * w // 2)  # (re)arm the second path
+                self._cooldown_left = -(4 * w - 3 * w // 2)  # (re)arm the second path
             if vl > self.ratio * bl_prev or (bg_prev > 0.0 and vg > self.ratio * bg_prev):
                 ok, fl, fg = self._confirm(list(self._ys), list(self._gs))
                 if ok:
@@ -475,17 +484,18 @@ class Oscillation(PairDetector):
             cand |= (bgp > 0.0) & (vg > self.ratio * bgp)
         w = self.window
         w2, w4 = 3 * w // 2, 4 * w
-        # the second path's watch: value indices n0 .. until0 carried in, then a + w2 after each
-        # arming index a; merged into stretches, examined at the multiples of 8 they cover
+        # the second path's watch: value indices n0 .. until0 carried in, then a + w4 - w2 after
+        # each arming index a; merged into stretches, examined at the multiples of 8 they cover
+        watch = w4 - w2
         n0, end = self._n, self._n + lim - 1
         until0 = n0 - self._cooldown_left - 1
         arms = (n0 + ai).tolist()
         stretches: list[tuple[int, int]] = [(n0, until0)] if until0 >= n0 else []
         for a in arms:
             if stretches and a <= stretches[-1][1] + 1:
-                stretches[-1] = (stretches[-1][0], max(stretches[-1][1], a + w2))
+                stretches[-1] = (stretches[-1][0], max(stretches[-1][1], a + watch))
             else:
-                stretches.append((a, a + w2))
+                stretches.append((a, a + watch))
         es = np.array([e - n0 for lo, hi in stretches for e in range(-(-lo // 8) * 8, min(hi, end) + 1, 8)],
                       dtype=np.int64)
         k = lim
@@ -539,7 +549,9 @@ class Oscillation(PairDetector):
                 gc, gr = gviews[off + es + 1 - w2], gviews[off + es + 1 - w4]
                 gsc = np.maximum(1.4826 * np.median(np.abs(_batch_residuals(gc)), axis=1), 1e-3)
                 gsr = np.maximum(1.4826 * np.median(np.abs(_batch_residuals(gr)), axis=1), 1e-3)
-                gk = gsc / gsr >= self.grad_shift * (1 - 1e-6)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    glv = np.exp(np.median(gc, axis=1) - np.median(gr, axis=1))
+                gk = np.maximum(gsc / gsr, glv) >= self.grad_shift * (1 - 1e-6)
                 # a window with a missing grad norm is left to the scalar test (it drops the gaps)
                 gk |= ~(np.isfinite(gc).all(axis=1) & np.isfinite(gr).all(axis=1))
                 keep &= gk
@@ -551,7 +563,7 @@ class Oscillation(PairDetector):
                     k = int(c)
                     break
         if k:
-            last = max([until0] + [a + w2 for a in arms if a < n0 + k])
+            last = max([until0] + [a + watch for a in arms if a < n0 + k])
             self._cooldown_left = min(0, n0 + k - 1 - last)
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
             if self._ng:
