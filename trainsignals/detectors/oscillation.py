@@ -446,7 +446,7 @@ class Oscillation(PairDetector):
         w2 = len(self._ss)
         msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over "
                f"the {w2} before the last {w2 + self.window}, with no net progress"
-               + (f"; the grad norm {rg:.3g}x as wide" if rg < math.inf else "")
+               + (f"; the grad norm moved {rg:.3g}x (its swing or its level)" if rg < math.inf else "")
                + ": step size at the edge of stability")
         return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal,
                           rl, self.shift, msg)
