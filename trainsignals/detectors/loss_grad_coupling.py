@@ -49,6 +49,12 @@ class LossGradCoupling(PairDetector):
     is one event; no event before ``span`` values were seen, and none of the ``lag`` rules
     before ``lag`` values.
 
+    A loss or grad norm of exactly 0 (a cross-entropy that underflowed once the model put all
+    its confidence on one answer, gradients that vanished outright) counts as the lowest
+    smoothed level the detector holds for that signal: at least as low as anything the run
+    produced lately, so a collapse that ends at 0 keeps being watched. Negative and non-finite
+    values are skipped.
+
     Args:
         lag: span, in values, over which the levels are compared, >= 2.
         alpha: weight of the smoothed levels, in (0, 1].
@@ -125,10 +131,16 @@ class LossGradCoupling(PairDetector):
 
     def _step(self, loss: float, grad: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
-        if loss - loss != 0.0 or grad - grad != 0.0 or loss <= 0.0 or grad <= 0.0:
+        if loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0:
             return None
-        u = math.log(loss)
-        g = math.log(grad)
+        if loss == 0.0 or grad == 0.0:  # underflowed: at least as low as the lowest level held
+            if not self._us:
+                return None
+            u = math.log(loss) if loss else min(self._us)
+            g = math.log(grad) if grad else min(self._gs)
+        else:
+            u = math.log(loss)
+            g = math.log(grad)
         if self._n:
             u = self._a * u + self._b * self._u
             g = self._a * g + self._b * self._g
@@ -148,11 +160,14 @@ class LossGradCoupling(PairDetector):
             self._armed = True
             return None
         ds = g - gs[j]
-        big = len(gs) > self.lag and abs(dg) >= gap
-        if not big and ds > -gap:
+        moved = abs(dg) >= gap  # before lag values, against the first level held
+        if not moved and ds > -gap:
             self._armed = True
             return None
         if not self._armed:
+            return None
+        big = moved and len(gs) > self.lag
+        if not big and ds > -gap:
             return None
         if big:
             du = u - self._us[0]

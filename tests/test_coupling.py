@@ -1,0 +1,96 @@
+"""LossGradCoupling on collapses that end at an exact zero, and early collapses.
+
+A classifier whose labels were all switched to one class drives its cross-entropy toward 0
+within a few dozen steps; in float32 it underflows to exactly 0.0 and its gradients to
+(nearly) 0. The detector must keep watching such a run (a zero is at least as low as anything
+it saw) and report the collapse once, while a run that learns at a healthy pace stays quiet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainsignals import Kind, Monitor
+from trainsignals.detectors import LossGradCoupling
+
+N, ONSET = 600, 60
+
+
+def collapsing(seed: int, zero_loss: bool = True, zero_grad: bool = False):
+    """Loss near chance, then from ``ONSET`` a fall of 8 decades in 30 steps (grad norm too),
+    after which the loss is exactly 0 (``zero_loss``) and the grad norm tiny or 0."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(N)
+    drop = np.clip((t - ONSET) / 30, 0, 1)
+    loss = 2.3 * 10.0 ** (-8 * drop) * np.exp(rng.normal(0, 0.05, N))
+    grad = 0.5 * 10.0 ** (-8 * drop) * np.exp(rng.normal(0, 0.2, N))
+    if zero_loss:
+        loss[t >= ONSET + 32] = 0.0
+    if zero_grad:
+        grad[t >= ONSET + 35] = 0.0
+    return loss, grad
+
+
+def learning(seed: int):
+    """A healthy run: the loss falls from 2.3 to ~0.05 over the run, the grad norm a decade."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(N)
+    loss = (2.25 * np.exp(-t / 150) + 0.05) * np.exp(rng.normal(0, 0.1, N))
+    grad = (0.9 * np.exp(-t / 200) + 0.1) * np.exp(rng.normal(0, 0.2, N))
+    return loss, grad
+
+
+def collapses(loss, grad):
+    return [e for e in LossGradCoupling().scan(loss, grad) if e.kind == Kind.SILENT_COLLAPSE]
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("zero_grad", [False, True])
+def test_a_collapse_that_ends_at_zero_is_reported_once(seed, zero_grad):
+    evs = collapses(*collapsing(seed, zero_grad=zero_grad))
+    assert len(evs) == 1, [(e.step, e.message) for e in evs]
+    assert ONSET <= evs[0].step <= ONSET + 100
+    assert ONSET <= evs[0].onset_step <= ONSET + 30
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_early_collapse_is_reported_once_even_past_lag(seed):
+    # no zeros: the span rule fires first; once lag values are in, the same collapse must not
+    # be reported again by the lag rule
+    evs = collapses(*collapsing(seed, zero_loss=False))
+    assert len(evs) == 1, [(e.step, e.message) for e in evs]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_learning_run_stays_quiet(seed):
+    assert LossGradCoupling().scan(*learning(seed)) == []
+
+
+def test_zeros_before_any_positive_value_are_skipped():
+    det = LossGradCoupling()
+    assert [det.update(0.0, 0.0) for _ in range(5)] == [None] * 5
+    assert det.state_dict()["state"]["n"] == 0
+
+
+def test_negative_values_are_skipped_not_floored():
+    loss, grad = learning(0)
+    loss = loss.copy()
+    loss[300:] = -1.0  # e.g. a log-likelihood term that went negative: not a collapse
+    assert collapses(loss, grad) == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_scan_and_streaming_agree_on_zeros(seed):
+    loss, grad = collapsing(seed, zero_grad=True)
+    a, b = LossGradCoupling(), LossGradCoupling()
+    ea = a.scan(loss, grad)
+    eb = [e for x, g in zip(loss.tolist(), grad.tolist()) if (e := b.update(x, g)) is not None]
+    assert [(e.step, e.onset_step, e.value) for e in ea] == [(e.step, e.onset_step, e.value) for e in eb]
+    assert a.state_dict() == b.state_dict()
+
+
+def test_the_monitor_reports_the_collapse_to_zero():
+    loss, grad = collapsing(0)
+    evs = Monitor().scan(loss=loss, grad_norm=grad)
+    assert any(e.kind == Kind.SILENT_COLLAPSE and ONSET <= e.step <= ONSET + 100 for e in evs)
