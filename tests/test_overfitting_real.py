@@ -104,7 +104,10 @@ def test_the_event_names_the_best_validation_and_the_route(real):
             assert e.onset_step in set(c.val_steps.tolist())
             assert e.onset_step < e.step
             assert "restore the step-" in e.message
-            assert ("beyond its earlier wobble" in e.message) != ("rising at each of the last" in e.message)
+            level = "on a level above the one it held" in e.message
+            climb = "rising at each of the last" in e.message
+            breakout = "beyond its earlier wobble" in e.message and not level
+            assert level + climb + breakout == 1, e.message
 
 
 @pytest.mark.parametrize("kind", ["overfitting", "healthy"])
@@ -153,3 +156,49 @@ def test_the_trend_test_uses_the_student_t_critical_value_of_its_degrees_of_free
 def test_bad_config_names_the_parameter(kw, name):
     with pytest.raises(ValueError, match=name):
         TrainValGap(**kw)
+
+
+def stepped_run(seed: int, train_drop: float, lift: float = 1.7, n_val: int = 24):
+    """A run that generalises to its best validation at step 500, then its validation loss
+    jumps ``lift`` times onto a noisy level (overshooting first, so neither a steady climb nor a
+    run of rises shows), while the train loss, flat before, falls ``train_drop`` times over the
+    next three evaluations. Returns ``(loss, (val_steps, val_values))``."""
+    rng = np.random.default_rng(seed)
+    every, best = 50, 500
+    steps = np.arange(every * n_val + 1)
+    train = 2.3 * np.exp(-np.minimum(steps, best) / 300) + 0.3
+    train = train * train_drop ** -np.clip((steps - best) / (3 * every), 0, 1)
+    train = train * np.exp(rng.normal(0, 0.05, len(steps)))
+    vs = np.arange(1, n_val + 1) * every
+    val = 2.3 * np.exp(-np.minimum(vs, best) / 300) + 0.5
+    val = val * np.where(vs == best + every, lift * 1.15, np.where(vs > best, lift, 1.0))
+    val = val * np.exp(rng.normal(0, 0.03, n_val))
+    return train, (vs, val)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_jump_onto_a_higher_level_while_the_train_loss_collapses_is_caught(seed):
+    loss, val = stepped_run(seed, train_drop=50.0)
+    evs = [e for e in TrainValGap().scan(loss, val) if e.kind == Kind.OVERFITTING]
+    assert evs, "missed"
+    assert evs[0].onset_step == 500 and evs[0].step <= 500 + 6 * 50
+    assert "on a level above" in evs[0].message or "rising at each" in evs[0].message or \
+        "beyond its earlier wobble" in evs[0].message
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_same_jump_while_the_train_loss_creeps_is_left_alone(seed):
+    # a validation bump while the train loss falls 20 %: a meander a healthy run takes back,
+    # not a gap that widened by 1 / (1 - climb_train_fall)
+    loss, val = stepped_run(seed, train_drop=1.25)
+    assert [e.step for e in TrainValGap().scan(loss, val) if "on a level above" in e.message] == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_level_step_fires_where_the_other_routes_are_silent(seed):
+    loss, val = stepped_run(seed, train_drop=50.0)
+    evs = TrainValGap().scan(loss, val)
+    others = TrainValGap(climb=10**9).scan(loss, val)   # the memorisation climb off
+    first = min(e.step for e in evs)
+    assert "on a level above" in evs[0].message
+    assert all(e.step > first for e in others if "on a level above" not in e.message)

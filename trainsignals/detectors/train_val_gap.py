@@ -30,7 +30,7 @@ class TrainValGap(Detector):
     * the smoothed train loss at least ``min_train_fall`` (relative) below its value at the
       best validation (train still falling; both rising is a divergence, not overfitting);
 
-    and then one of two kinds of evidence that the rise is not the validation loss's own
+    and then one of three kinds of evidence that the rise is not the validation loss's own
     wobble:
 
     * **break-out**: since the best, validation loss climbs *steadily* -- the least-squares
@@ -54,7 +54,16 @@ class TrainValGap(Detector):
       rises while the training loss collapses -- the generalisation gap widening by a
       factor ``1 / (1 - climb_train_fall)`` or more in a few validations -- is the
       definition of overfitting, not a meander (on a plateau the train loss creeps, it
-      does not halve in a few evaluations).
+      does not halve in a few evaluations);
+    * **level step**: the validation loss jumped onto a higher level and stays there (a model
+      that memorises a small training set within a few evaluations: no steady climb for the
+      trend test, and a dip after the jump breaks the run of rises). The last ``patience``
+      log validations lie above the ``patience + 1`` up to and including the best in a
+      one-sided Welch two-sample t-test at ``confidence`` (Welch-Satterthwaite degrees of
+      freedom, so a noisy new level needs a larger gap), each lies beyond the wobble as for
+      the break-out, and the smoothed train loss fell by ``climb_train_fall`` since the best:
+      a bump of the validation loss while the train loss creeps is a meander that a healthy
+      run takes back, while a gap that widens by ``1 / (1 - climb_train_fall)`` is not.
 
     The trend test's critical value follows its degrees of freedom rather than a fixed
     number: a slope fitted to 4 validations (the best and ``patience = 3`` more) has 2
@@ -83,8 +92,8 @@ class TrainValGap(Detector):
             >= 1.
         climb: validations in a row that must each rise over the one before for the
             memorisation climb, >= 2.
-        climb_train_fall: relative fall of the smoothed train loss over that run of rises,
-            in (0, 1).
+        climb_train_fall: relative fall of the smoothed train loss over that run of rises (and,
+            for the level step, since the best), in (0, 1).
         confidence: one-sided confidence of the break-out's trend test, in (0.5, 1); the
             slope's t-statistic must reach Student's t quantile at ``confidence`` for the
             window's degrees of freedom.
@@ -245,6 +254,9 @@ class TrainValGap(Detector):
         wobble = max(self._wobble, self._fall)
         if held > wobble and window_trend(self._since)[1] >= self._critical(len(self._since)):
             how = f"beyond its earlier wobble ({math.expm1(wobble) * 100:.2g}%)"
+        elif held > wobble and tr <= self._best_train - self._ctf and self._stepped_up():
+            how = (f"on a level above the one it held up to its best, beyond its earlier wobble "
+                   f"({math.expm1(wobble) * 100:.2g}%)")
         elif self._rises >= self.climb and self._run_train is not None and tr <= self._run_train - self._ctf:
             how = (f"rising at each of the last {self._rises} evaluations as the train loss fell "
                    f"{-math.expm1(tr - self._run_train) * 100:.3g}% over them (memorising)")
@@ -258,6 +270,25 @@ class TrainValGap(Detector):
                f"fell {fall:.2g}% since the best: restore the step-{self._best_step} checkpoint")
         return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",
                           v - self._best, self._lr, msg)
+
+    def _stepped_up(self) -> bool:
+        """Whether the last ``patience`` log validations sit above the ``patience + 1`` up to and
+        including the best: a one-sided Welch test at ``confidence``."""
+        k = self.patience
+        end = len(self._hist) - 1 - self._bad  # the best's place in the history
+        if end + 1 < k + 1:
+            return False
+        post = self._hist[-k:]
+        pre = self._hist[end - k:end + 1]
+        mp, mq = sum(post) / k, sum(pre) / (k + 1)
+        vp = sum((x - mp) ** 2 for x in post) / (k - 1) / k
+        vq = sum((x - mq) ** 2 for x in pre) / k / (k + 1)
+        se2 = vp + vq
+        if se2 <= 0.0:
+            return mp > mq
+        dof = se2 * se2 / (vp * vp / (k - 1) + vq * vq / k)  # Welch-Satterthwaite
+        crit = float(self.threshold) if self.threshold is not None else _t_quantile(float(self.confidence), max(1, int(dof)))
+        return (mp - mq) / math.sqrt(se2) >= crit
 
     def _critical(self, n: int) -> float:
         """The t-statistic a slope fitted to ``n`` validations must reach (``n >= 3``)."""
