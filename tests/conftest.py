@@ -35,6 +35,12 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> list[np.nda
         g[250:] *= 0.1
         g[::9] = np.nan
         return [x, g]
+    if isinstance(det, ts.Oscillation):  # the learning rate rises 3x at 300, with gaps
+        grad = np.exp(rng.normal(0, 0.1, n))
+        grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
+        lr = np.where(np.arange(n) < 300, 1e-3, 3e-3)
+        lr[::11] = np.nan
+        return [loss, grad, lr]
     if det.signals == ("loss", "grad_norm"):
         grad = np.exp(rng.normal(0, 0.1, n))
         grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)

@@ -11,11 +11,17 @@ so the watch must outlast it.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from trainsignals import Kind, Monitor
 from trainsignals.detectors import Oscillation
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_scan_equivalence import close_state  # noqa: E402
 
 N, ONSET, RAMP = 700, 400, 1
 SEEDS = range(8)
@@ -75,3 +81,68 @@ def test_streaming_gives_the_scan_events(seed):
     ea = a.scan(loss, g)
     eb = [e for x, gg in zip(loss.tolist(), g.tolist()) if (e := b.update(x, gg)) is not None]
     assert [(e.step, e.onset_step, e.value) for e in ea] == [(e.step, e.onset_step, e.value) for e in eb]
+
+
+def lr_run(seed: int, lift: float = 4.0, lr_jump: float = 3.0):
+    """The plateau of :func:`run` whose grad norm holds (kicked at the jump, then at its old
+    level and swing), with the learning rate raised ``lr_jump`` times at ``ONSET`` (every 7th
+    value unknown)."""
+    loss, grad = run(seed, lift=lift)
+    lr = np.where(np.arange(N) < ONSET, 0.01, 0.01 * lr_jump)
+    lr[::7] = np.nan
+    return loss, grad, lr
+
+
+def lr_regime_events(loss, grad, lr=None):
+    det = Oscillation()
+    return [e for e in det.scan(loss, grad, lr) if e.kind == Kind.OSCILLATION and e.threshold == det.shift]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_noisier_plateau_after_a_learning_rate_raise_is_caught_though_the_grad_norm_holds(seed):
+    loss, g, lr = lr_run(seed)
+    assert lr_regime_events(loss, g) == []          # without the learning rate: no corroboration
+    evs = lr_regime_events(loss, g, lr)
+    assert within(evs), [e.step for e in evs]
+    assert "the learning rate rose 3x" in evs[0].message
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_learning_rate_raise_the_loss_takes_in_stride_stays_quiet(seed):
+    # the step size rose but the loss keeps its band (and keeps learning): not an oscillation
+    assert lr_regime_events(*lr_run(seed, lift=1.0)) == []
+
+
+@pytest.mark.parametrize("seed", SEEDS[:4])
+def test_a_warm_restart_stays_quiet(seed):
+    # cosine with warm restarts: the learning rate jumps back to its peak every 200 steps, the
+    # loss jumps and then falls again
+    rng = np.random.default_rng(seed)
+    t = np.arange(N)
+    phase = t % 200
+    lr = 0.05 * 0.5 * (1 + np.cos(np.pi * phase / 200)) + 1e-4
+    loss = (1.5 * np.exp(-t / 250) + 0.2) * (1 + 0.6 * np.exp(-phase / 30) * (t >= 200)) * np.exp(rng.normal(0, 0.1, N))
+    grad = np.exp(rng.normal(0, 0.2, N)) * (1 + np.exp(-phase / 30))
+    assert Oscillation().scan(loss, grad, lr) == []
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_streaming_gives_the_scan_events_with_a_learning_rate(seed):
+    loss, g, lr = lr_run(seed)
+    a, b = Oscillation(), Oscillation()
+    ea = a.scan(loss, g, lr)
+    eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) if (e := b.update(x, gg, r)) is not None]
+    assert [(e.step, e.onset_step, e.value, e.message) for e in ea] == \
+        [(e.step, e.onset_step, e.value, e.message) for e in eb]
+    assert close_state(a.state_dict(), b.state_dict())
+
+
+def test_the_monitor_passes_the_learning_rate():
+    loss, g, lr = lr_run(0)
+    evs = Monitor().scan(loss=loss, grad_norm=g, lr=lr)
+    assert any(e.kind == Kind.OSCILLATION and ONSET <= e.step <= ONSET + 100 for e in evs)
+
+
+def test_bad_lr_rise_names_the_parameter():
+    with pytest.raises(ValueError, match="lr_rise"):
+        Oscillation(lr_rise=1.0)

@@ -59,7 +59,7 @@ _SUITE: tuple[tuple[str, type, tuple[str, ...]], ...] = (
     ("loss_spike", EWMASpike, ("loss",)),
     ("divergence", SlopeDivergence, ("loss",)),
     ("stall", CUSUMPlateau, ("loss", "grad_norm", "update_ratio")),
-    ("oscillation", Oscillation, ("loss", "grad_norm")),
+    ("oscillation", Oscillation, ("loss", "grad_norm", "lr")),
     ("grad_explosion", GuardedEWMASpike, ("grad_norm", "loss")),
     ("coupling", LossGradCoupling, ("loss", "grad_norm")),
     ("lr_anomaly", LRAnomaly, ("lr",)),

@@ -13,8 +13,8 @@ import numpy as np
 from scipy.stats import chi2
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range
-from ._base import PairDetector
+from .._validate import check_range, to_float, to_step
+from ._base import Detector, _as_1d
 from ._ops import ewma, first_true, shifted
 
 _log = math.log
@@ -113,36 +113,45 @@ def _spread(res: list[float]) -> float:
     return srt[(9 * len(srt)) // 10 - 1] - srt[len(srt) // 10] if len(srt) >= 10 else 0.0
 
 
-def _shift_test(ys: Sequence[float], gs: Sequence[float], w2: int, efficiency: float) -> tuple[float, float]:
+def _shift_test(ys: Sequence[float], gs: Sequence[float], w2: int, efficiency: float,
+                ls: Sequence[float] = ()) -> tuple[float, float, float]:
     """``(loss swing ratio, grad-norm swing ratio)`` of the last ``w2`` values against the first
     ``w2``; ``0, 0`` when the loss made progress (its median fell) or its line moves within the
     window by more than ``efficiency`` times its residuals' 10-90 % range. The loss ratio is that
     of the robust residual scales carried to loss units (times ``exp`` of the median log-level
-    change); the grad-norm ratio is ``inf`` when either window lacks grad norms. ``ys`` holds
-    finite values."""
+    change); the grad-norm ratio is ``inf`` when either window lacks grad norms. The third value
+    is the learning-rate ratio: the smallest learning rate of the current window over the median
+    of the reference's (0 when either lacks one). ``ys`` holds finite values."""
     m = len(ys)
     cur, ref = sorted(islice(ys, m - w2, m)), sorted(islice(ys, 0, w2))
     h = w2 // 2
     lvl = (cur[h] - ref[h]) if w2 % 2 else 0.5 * (cur[h - 1] + cur[h] - ref[h - 1] - ref[h])
     if not lvl >= 0.0:  # the loss fell since the reference window: progress
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     res, rise = _residuals(list(islice(ys, m - w2, m)))
     if abs(rise) > efficiency * _spread(res):  # a climb or a fall within the window: it moves
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     rl = _scale(res) / _scale(_residuals(list(islice(ys, 0, w2)))[0]) * math.exp(lvl)
+    rlr = 0.0
+    if len(ls) == m:
+        lcur = [v for v in islice(ls, m - w2, m) if v == v]
+        lref = _median(list(islice(ls, 0, w2)))
+        if lcur and lref > 0.0:
+            rlr = min(lcur) / lref
     gcur, gref = list(islice(gs, m - w2, m)), list(islice(gs, 0, w2))
     gc, gr = _residuals(gcur)[0], _residuals(gref)[0]
     if not (gc and gr):
-        return rl, math.inf
+        return rl, math.inf, rlr
     # the grad norm moved too: its swings widened, or its level rose (a sharper region)
-    return rl, max(_scale(gc) / _scale(gr), math.exp(_median(gcur) - _median(gref)))
+    return rl, max(_scale(gc) / _scale(gr), math.exp(_median(gcur) - _median(gref))), rlr
 
 
-class Oscillation(PairDetector):
+class Oscillation(Detector):
     """Flags an oscillation: the loss swings far beyond its usual noise and makes no net progress.
 
-    Inputs: the loss and, optionally, the grad norm (``nan`` when unknown), both in log space.
-    For each, the detector keeps a local swing ``v`` (EWMA, weight ``var_alpha``, of the
+    Inputs: the loss and, optionally, the grad norm and the learning rate (``nan`` when
+    unknown); the loss and the grad norm are watched in log space, the learning rate only by
+    the second path below. For the loss and the grad norm, the detector keeps a local swing ``v`` (EWMA, weight ``var_alpha``, of the
     step-to-step change ``|y[t] - y[t-1]|``: a steady trend does not inflate it, and heavy
     tails inflate it less than a variance) and the run's own baseline ``b`` (EWMA of ``v``,
     weight ``base_alpha``). A window is examined when ``v > ratio * b`` for either
@@ -200,7 +209,15 @@ class Oscillation(PairDetector):
     * when the grad norm is known in both windows, it moved too: its robust residual scale (log
       space) or its median is at least ``grad_shift`` times the reference's. A step size past
       the edge of stability makes the grad norm swing wider, or lifts it as a whole (the run
-      moves to a sharper region), and often both.
+      moves to a sharper region), and often both. Or, instead, the learning rate rose and
+      stayed up: the smallest one in the current window is at least ``lr_rise`` times the
+      reference window's median. The step size grew and the loss answered with wider swings
+      and no progress, which is the cause the event then names (small networks at the edge of
+      stability often keep their grad norm where it was). The whole current window must be at
+      the raised rate: a warm restart's loss bump, while the window still holds the jump, is
+      not yet a regime, and once the window has left it the loss is falling again. The
+      learning rate never arms the watch: a rise of the step size that the loss and the grad
+      norm take in stride is not a failure.
 
     The second path is examined every 8th value while *armed*: for ``4 * window - 3 * window //
     2`` values (80 at the default window) after a value at which the local swing ``v`` of the
@@ -231,6 +248,8 @@ class Oscillation(PairDetector):
             needs when the grad norm is known, > 0.
         shift_ratio: local-to-baseline swing ratio (of the loss and of the grad norm) that arms
             the second path, in (1, ratio].
+        lr_rise: learning-rate ratio that stands in for the grad norm's move in the second
+            path's test (the current window's smallest over the reference's median), > 1.
         var_alpha: weight of the local swing, in (0, 1).
         base_alpha: weight of the baseline swing, in (0, var_alpha).
         warmup: values before any event, >= 4 * window.
@@ -249,8 +268,8 @@ class Oscillation(PairDetector):
         [(180, 149)]
     """
 
-    signals = ("loss", "grad_norm")
-    _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ss", "cooldown_left",
+    signals = ("loss", "grad_norm", "lr")
+    _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ls", "ss", "cooldown_left",
                    "last_step")
 
     def __init__(
@@ -265,6 +284,7 @@ class Oscillation(PairDetector):
         shift: float = 2.5,
         grad_shift: float = 1.5,
         shift_ratio: float = 1.5,
+        lr_rise: float = 1.5,
         var_alpha: float = 0.1,
         base_alpha: float = 0.005,
         warmup: int = 128,
@@ -281,6 +301,7 @@ class Oscillation(PairDetector):
         check_range("shift", shift, 1, None, lo_open=True)
         check_range("grad_shift", grad_shift, 0, None, lo_open=True)
         check_range("shift_ratio", shift_ratio, 1, ratio, lo_open=True)
+        check_range("lr_rise", lr_rise, 1, None, lo_open=True)
         check_range("var_alpha", var_alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("base_alpha", base_alpha, 0, var_alpha, lo_open=True, hi_open=True)
         check_range("warmup", warmup, 4 * window, None, integer=True)
@@ -295,14 +316,30 @@ class Oscillation(PairDetector):
         self.shift = shift
         self.grad_shift = grad_shift
         self.shift_ratio = shift_ratio
-        self.var_alpha = var_alpha
-        self.base_alpha = base_alpha
         self.warmup = warmup
         self.cooldown = cooldown
         self.signal = signal
-        # the EWMA weights in one tuple: few instance attributes keep attribute access fast
+        # the EWMA weights (and the settings read only there) in one tuple: few instance
+        # attributes keep attribute access fast (CPython shares an instance dict's keys, and
+        # specialises its lookups, only up to 30 of them; about 20 ns a value here)
         self._wts = (float(var_alpha), 1.0 - float(var_alpha), float(base_alpha), 1.0 - float(base_alpha))
+        self._cfg_wts = (var_alpha, base_alpha, lr_rise)
         self._reset()
+
+    @property
+    def var_alpha(self) -> float:
+        """The ``var_alpha`` setting (kept with the weights: see ``__init__``)."""
+        return self._cfg_wts[0]
+
+    @property
+    def base_alpha(self) -> float:
+        """The ``base_alpha`` setting (kept with the weights: see ``__init__``)."""
+        return self._cfg_wts[1]
+
+    @property
+    def lr_rise(self) -> float:
+        """The ``lr_rise`` setting (kept with the weights: see ``__init__``)."""
+        return self._cfg_wts[2]
 
     def _reset(self) -> None:
         w = self.window
@@ -312,6 +349,8 @@ class Oscillation(PairDetector):
         self._mg = self._vg = self._bg = 0.0
         self._ys: deque[float] = deque(maxlen=4 * w)
         self._gs: deque[float] = deque(maxlen=4 * w)
+        # the learning rate (nan: unknown), aligned with ys once one was seen (empty before)
+        self._ls: deque[float] = deque(maxlen=4 * w)
         self._ss: deque[int] = deque(maxlen=3 * w // 2)
         # > 0: values left in the cooldown; < 0: values left in the second path's watch (armed)
         self._cooldown_left = 0
@@ -322,11 +361,13 @@ class Oscillation(PairDetector):
         w = self.window
         self._ys = deque(state["ys"], maxlen=4 * w)
         self._gs = deque((math.nan if v is None else v for v in state["gs"]), maxlen=4 * w)
+        self._ls = deque((math.nan if v is None else v for v in state["ls"]), maxlen=4 * w)
         self._ss = deque(state["ss"], maxlen=3 * w // 2)
 
     def _get_state(self) -> dict[str, Any]:
         st = super()._get_state()
         st["gs"] = [None if v != v else v for v in self._gs]
+        st["ls"] = [None if v != v else v for v in self._ls]
         return st
 
     # the decision, shared by both paths ---------------------------------------------------
@@ -377,7 +418,31 @@ class Oscillation(PairDetector):
             b = ba * v + bb * b
         return m, v, b
 
-    def _step(self, x: float, grad: float, step: int) -> Event | None:  # type: ignore[override]
+    def update(self, x: Any, y: Any = math.nan, z: Any = math.nan, *,  # type: ignore[override]
+               step: int | None = None) -> Event | None:
+        """Feed one loss value, and the grad norm and learning rate where known (``nan``: not measured)."""
+        if type(z) is not float:
+            z = math.nan if z is None else to_float(self.signals[2], z)
+        if type(x) is not float:
+            x = to_float(self.signals[0], x)
+        if type(y) is not float:
+            y = math.nan if y is None else to_float(self.signals[1], y)
+        if step is None:
+            step = self._last_step + 1
+        elif type(step) is not int:
+            step = to_step(step)
+        return self._step(x, y, z, step)
+
+    def scan(self, x: Any, y: Any = None, z: Any = None, *, steps: Any = None) -> list[Event]:  # type: ignore[override]
+        """Batch twin of :meth:`update`; ``y`` (grad norm) and ``z`` (learning rate) may be left out."""
+        n = len(_as_1d(self.signals[0], x))
+        if y is None:
+            y = np.full(n, np.nan)
+        if z is None:
+            z = np.full(n, np.nan)
+        return Detector.scan(self, x, y, z, steps=steps)
+
+    def _step(self, x: float, grad: float, lr: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
@@ -412,6 +477,12 @@ class Oscillation(PairDetector):
         self._n = n + 1
         self._ys.append(y)
         self._gs.append(g)
+        ls = self._ls
+        if ls:  # aligned with ys since the first learning rate
+            ls.append(lr if lr - lr == 0.0 and lr > 0.0 else _NAN)
+        elif lr == lr and lr - lr == 0.0 and lr > 0.0:  # the first one: align it with the losses
+            ls.extend([_NAN] * (len(self._ys) - 1))
+            ls.append(lr)
         self._ss.append(step)
         cl = self._cooldown_left
         if cl:
@@ -439,14 +510,16 @@ class Oscillation(PairDetector):
                 return None
         elif not cl or n & 7:  # the second path: every 8th value while armed
             return None
-        rl, rg = _shift_test(self._ys, self._gs, 3 * self.window // 2, self.efficiency)
-        if rl < self.shift or rg < self.grad_shift:
+        rl, rg, rlr = _shift_test(self._ys, self._gs, 3 * self.window // 2, self.efficiency, self._ls)
+        if rl < self.shift or (rg < self.grad_shift and rlr < self.lr_rise):
             return None
         self._cooldown_left = self.cooldown
         w2 = len(self._ss)
         msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over "
                f"the {w2} before the last {w2 + self.window}, with no net progress"
-               + (f"; the grad norm moved {rg:.3g}x (its swing or its level)" if rg < math.inf else "")
+               + (f"; the grad norm moved {rg:.3g}x (its swing or its level)"
+                  if self.grad_shift <= rg < math.inf else "")
+               + (f"; the learning rate rose {rlr:.3g}x" if rlr >= self.lr_rise else "")
                + ": step size at the edge of stability")
         return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal,
                           rl, self.shift, msg)
@@ -482,6 +555,9 @@ class Oscillation(PairDetector):
             bgp = shifted(bg, self._bg)
             ai = ai[(bgp[ai] <= 0.0) | (vg[ai] > self.shift_ratio * bgp[ai])]  # and so does the grad norm
             cand |= (bgp > 0.0) & (vg > self.ratio * bgp)
+        lr = arrays[2][i:i + lim]
+        with np.errstate(invalid="ignore"):
+            lr = np.where(np.isfinite(lr) & (lr > 0.0), lr, np.nan)  # unknown: nan, inf and <= 0
         w = self.window
         w2, w4 = 3 * w // 2, 4 * w
         # the second path's watch: value indices n0 .. until0 carried in, then a + w4 - w2 after
@@ -499,11 +575,12 @@ class Oscillation(PairDetector):
         es = np.array([e - n0 for lo, hi in stretches for e in range(-(-lo // 8) * 8, min(hi, end) + 1, 8)],
                       dtype=np.int64)
         k = lim
-        yext = gext = np.empty(0)
+        yext = gext = lext = np.empty(0)
         off = len(self._ys)
         if cand.any() or len(es):
             yext = np.concatenate((np.asarray(self._ys), y))
             gext = np.concatenate((np.asarray(self._gs, dtype=np.float64), g[:lim]))
+            lext = np.concatenate((np.full(off - len(self._ls), np.nan), np.asarray(self._ls, dtype=np.float64), lr))
         if cand.any():
             cs = np.flatnonzero(cand)
             # vectorised first stage of the confirmation (its necessary condition), then the
@@ -554,12 +631,22 @@ class Oscillation(PairDetector):
                 gk = np.maximum(gsc / gsr, glv) >= self.grad_shift * (1 - 1e-6)
                 # a window with a missing grad norm is left to the scalar test (it drops the gaps)
                 gk |= ~(np.isfinite(gc).all(axis=1) & np.isfinite(gr).all(axis=1))
+                if not gk.all():  # or the learning rate rose (a window missing one: the scalar test)
+                    lviews = np.lib.stride_tricks.sliding_window_view(lext, w2)
+                    lc, lrf = lviews[off + es + 1 - w2], lviews[off + es + 1 - w4]
+                    lmin = np.where(np.isnan(lc), np.inf, lc).min(axis=1)
+                    holes = np.asarray(np.isnan(lrf).any(axis=1))
+                    lref = np.median(np.where(holes[:, None], 1.0, lrf), axis=1)
+                    with np.errstate(invalid="ignore"):
+                        lk = lmin >= self.lr_rise * lref * (1 - 1e-6)
+                    lk &= np.isfinite(lmin)
+                    gk = gk | holes | lk
                 keep &= gk
             for c in es[keep]:
                 lo = off + c + 1 - w4
-                rl, rg = _shift_test(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist(), w2,
-                                      self.efficiency)
-                if rl >= self.shift and rg >= self.grad_shift:
+                rl, rg, rlr = _shift_test(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist(), w2,
+                                          self.efficiency, lext[lo:off + c + 1].tolist())
+                if rl >= self.shift and (rg >= self.grad_shift or rlr >= self.lr_rise):
                     k = int(c)
                     break
         if k:
@@ -571,6 +658,10 @@ class Oscillation(PairDetector):
                 self._ng += k
             self._ys.extend(y[max(0, k - w4):k].tolist())
             self._gs.extend(g[max(0, k - w4):k].tolist())
+            if self._ls or not np.isnan(lr[:k]).all():  # kept once a learning rate was seen
+                if len(self._ls) < len(self._ys):  # (ys gets its new values below)
+                    self._ls.extend([_NAN] * (len(self._ys) - len(self._ls)))
+                self._ls.extend(lr[max(0, k - w4):k].tolist())
             self._ss.extend(steps[i + max(0, k - w2):i + k].tolist())
             self._n += k
             self._last_step = int(steps[i + k - 1])
