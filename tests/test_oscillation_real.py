@@ -31,13 +31,14 @@ def grad_of(curve) -> np.ndarray:
     return np.full(len(curve.loss), np.nan) if g is None else g
 
 
-def events(curve, **kw):
-    return [e for e in Oscillation(**kw).scan(curve.loss, grad_of(curve)) if e.kind == Kind.OSCILLATION]
+def events(curve, with_lr: bool = False, **kw):
+    lr = curve.lr if with_lr else None
+    return [e for e in Oscillation(**kw).scan(curve.loss, grad_of(curve), lr) if e.kind == Kind.OSCILLATION]
 
 
-def caught(curve, **kw) -> bool:
+def caught(curve, with_lr: bool = False, **kw) -> bool:
     hi = curve.onset_step + default_window("oscillation", len(curve.loss))
-    return any(curve.onset_step <= e.step <= hi for e in events(curve, **kw))
+    return any(curve.onset_step <= e.step <= hi for e in events(curve, with_lr, **kw))
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +114,21 @@ def test_scan_matches_streaming_on_real_runs(real):
 def test_bad_config_names_the_parameter(kw, name):
     with pytest.raises(ValueError, match=name):
         Oscillation(**kw)
+
+
+def test_the_learning_rate_corroborates_where_the_grad_norm_holds(real):
+    # small CNNs at the edge of stability keep their grad norm; the raised learning rate, up
+    # through the whole current window, stands in for it
+    runs = [c for c in real if str(c.kind) == "oscillation"]
+    with_lr = sum(caught(c, with_lr=True) for c in runs)
+    without = sum(caught(c) for c in runs)
+    assert with_lr >= without + 2, (with_lr, without)
+    assert all(caught(c, with_lr=True) for c in runs if caught(c))   # nothing lost
+    named = [e for c in runs for e in events(c, with_lr=True) if "the learning rate rose" in e.message]
+    assert named
+
+
+@pytest.mark.parametrize("suite", ["real", "synthetic"])
+def test_quiet_on_every_healthy_run_with_the_learning_rate(suite, request):
+    curves = [c for c in request.getfixturevalue(suite) if str(c.kind) == "healthy"]
+    assert [c.name for c in curves if c.lr is not None and events(c, with_lr=True)] == []
