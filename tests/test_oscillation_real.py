@@ -87,17 +87,19 @@ def test_the_regime_path_never_fires_before_an_onset(real):
     assert early == []
 
 
-def test_scan_matches_streaming_on_real_runs(real):
+@pytest.mark.parametrize("with_lr", [False, True])
+def test_scan_matches_streaming_on_real_runs(real, with_lr):
     # the runs where the second path fires, plus healthy ones: the vectorised twin and the
     # armed watch carried between blocks must give the streaming events and state
     picked = [c for c in real if str(c.kind) == "oscillation"] + [c for c in real if str(c.kind) == "healthy"][:20]
     fired = 0
     for c in picked:
         g = grad_of(c)
+        lr = c.lr if with_lr and c.lr is not None else np.full(len(c.loss), np.nan)
         a = Oscillation()
-        ea = a.scan(c.loss, g)
+        ea = a.scan(c.loss, g, lr)
         b = Oscillation()
-        eb = [e for x, gg in zip(c.loss.tolist(), g.tolist()) if (e := b.update(x, gg)) is not None]
+        eb = [e for x, gg, r in zip(c.loss.tolist(), g.tolist(), lr.tolist()) if (e := b.update(x, gg, r)) is not None]
         assert [(e.step, e.onset_step, e.value, e.message) for e in ea] == \
             [(e.step, e.onset_step, e.value, e.message) for e in eb], c.name
         assert close_state(a.state_dict(), b.state_dict()), c.name

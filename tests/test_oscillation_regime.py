@@ -83,11 +83,14 @@ def test_streaming_gives_the_scan_events(seed):
     assert [(e.step, e.onset_step, e.value) for e in ea] == [(e.step, e.onset_step, e.value) for e in eb]
 
 
-def lr_run(seed: int, lift: float = 4.0, lr_jump: float = 3.0):
-    """The plateau of :func:`run` whose grad norm holds (kicked at the jump, then at its old
-    level and swing), with the learning rate raised ``lr_jump`` times at ``ONSET`` (every 7th
-    value unknown)."""
+def lr_run(seed: int, lift: float = 4.0, lr_jump: float = 3.0, kick: bool = True):
+    """The plateau of :func:`run` whose grad norm holds (kicked at the jump, or not at all with
+    ``kick=False``, then at its old level and swing), with the learning rate raised ``lr_jump``
+    times at ``ONSET`` (every 7th value unknown)."""
     loss, grad = run(seed, lift=lift)
+    if not kick and lift != 1.0:
+        grad = grad.copy()
+        grad[ONSET] /= 4.0
     lr = np.where(np.arange(N) < ONSET, 0.01, 0.01 * lr_jump)
     lr[::7] = np.nan
     return loss, grad, lr
@@ -126,9 +129,21 @@ def test_a_warm_restart_stays_quiet(seed):
     assert Oscillation().scan(loss, grad, lr) == []
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_learning_rate_jump_arms_the_watch_when_the_grad_norm_does_not_move(seed):
+    # no kick: nothing swings at once, so only the learning rate's jump arms the watch; its
+    # test then needs the learning rate's word (up through the whole current window)
+    loss, g, lr = lr_run(seed, kick=False)
+    assert lr_regime_events(loss, g) == []
+    evs = lr_regime_events(loss, g, lr)
+    assert within(evs, ONSET + 3 * 32 // 2), [e.step for e in evs]
+    assert all("the learning rate rose" in e.message for e in evs)
+
+
 @pytest.mark.parametrize("seed", SEEDS[:3])
-def test_streaming_gives_the_scan_events_with_a_learning_rate(seed):
-    loss, g, lr = lr_run(seed)
+@pytest.mark.parametrize("kick", [True, False])
+def test_streaming_gives_the_scan_events_with_a_learning_rate(seed, kick):
+    loss, g, lr = lr_run(seed, kick=kick)
     a, b = Oscillation(), Oscillation()
     ea = a.scan(loss, g, lr)
     eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) if (e := b.update(x, gg, r)) is not None]

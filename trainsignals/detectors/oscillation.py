@@ -215,14 +215,16 @@ class Oscillation(Detector):
       and no progress, which is the cause the event then names (small networks at the edge of
       stability often keep their grad norm where it was). The whole current window must be at
       the raised rate: a warm restart's loss bump, while the window still holds the jump, is
-      not yet a regime, and once the window has left it the loss is falling again. The
-      learning rate never arms the watch: a rise of the step size that the loss and the grad
-      norm take in stride is not a failure.
+      not yet a regime, and once the window has left it the loss is falling again.
 
     The second path is examined every 8th value while *armed*: for ``4 * window - 3 * window //
     2`` values (80 at the default window) after a value at which the local swing ``v`` of the
     loss exceeds ``shift_ratio`` times its baseline ``b``, and so does the grad norm's when it
-    is known (both swing at once). That is as long as the reference window still lies before
+    is known (both swing at once), or at which the learning rate is ``lr_rise`` times the last
+    known one or more (a jump: a warmup's gradual climb does not arm it). A watch that only a
+    learning-rate jump armed takes only the learning rate's word in the test (a warm restart
+    lifts the grad norm and the loss together for a while; its learning rate then decays, and
+    once the current window has left the jump the loss is falling). That is as long as the reference window still lies before
     the arming value: a jump onto a noisier plateau arms the watch, and the comparison of the
     plateau with what came before is possible only once the current window has left the
     jump, ``3 * window // 2`` values later. Steady runs pay nothing; the test itself costs
@@ -248,8 +250,9 @@ class Oscillation(Detector):
             needs when the grad norm is known, > 0.
         shift_ratio: local-to-baseline swing ratio (of the loss and of the grad norm) that arms
             the second path, in (1, ratio].
-        lr_rise: learning-rate ratio that stands in for the grad norm's move in the second
-            path's test (the current window's smallest over the reference's median), > 1.
+        lr_rise: learning-rate ratio that arms the second path (over the last known one) and
+            that stands in for the grad norm's move in its test (the current window's smallest
+            over the reference's median), > 1.
         var_alpha: weight of the local swing, in (0, 1).
         base_alpha: weight of the baseline swing, in (0, var_alpha).
         warmup: values before any event, >= 4 * window.
@@ -269,7 +272,7 @@ class Oscillation(Detector):
     """
 
     signals = ("loss", "grad_norm", "lr")
-    _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ls", "ss", "cooldown_left",
+    _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ls", "ss", "cooldown_left", "lr_only",
                    "last_step")
 
     def __init__(
@@ -311,8 +314,6 @@ class Oscillation(Detector):
         self.frac = frac
         self.spread = spread
         self.efficiency = efficiency
-        self.drop = drop
-        self.pattern_p = pattern_p
         self.shift = shift
         self.grad_shift = grad_shift
         self.shift_ratio = shift_ratio
@@ -323,7 +324,7 @@ class Oscillation(Detector):
         # attributes keep attribute access fast (CPython shares an instance dict's keys, and
         # specialises its lookups, only up to 30 of them; about 20 ns a value here)
         self._wts = (float(var_alpha), 1.0 - float(var_alpha), float(base_alpha), 1.0 - float(base_alpha))
-        self._cfg_wts = (var_alpha, base_alpha, lr_rise)
+        self._cfg_wts = (var_alpha, base_alpha, lr_rise, drop, pattern_p)
         self._reset()
 
     @property
@@ -341,6 +342,16 @@ class Oscillation(Detector):
         """The ``lr_rise`` setting (kept with the weights: see ``__init__``)."""
         return self._cfg_wts[2]
 
+    @property
+    def drop(self) -> float:
+        """The ``drop`` setting (kept with the weights: see ``__init__``)."""
+        return self._cfg_wts[3]
+
+    @property
+    def pattern_p(self) -> float:
+        """The ``pattern_p`` setting (kept with the weights: see ``__init__``)."""
+        return self._cfg_wts[4]
+
     def _reset(self) -> None:
         w = self.window
         self._n = 0
@@ -354,6 +365,7 @@ class Oscillation(Detector):
         self._ss: deque[int] = deque(maxlen=3 * w // 2)
         # > 0: values left in the cooldown; < 0: values left in the second path's watch (armed)
         self._cooldown_left = 0
+        self._lr_only = False  # the watch was armed by a learning-rate jump alone
         self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
@@ -403,6 +415,22 @@ class Oscillation(Detector):
         if gref:
             return _ljung_box(res, lags) + _ljung_box(gres, lags) >= _chi2_crit(self.pattern_p, 2 * lags), fl, fg
         return _ljung_box(res, lags) >= _chi2_crit(self.pattern_p, lags), fl, fg
+
+    def _keep_lr(self, lr: float) -> bool:
+        """Keep ``lr`` (nan when unknown) aligned with the losses; whether it jumped (``lr_rise``
+        times the last known one, or more)."""
+        ls = self._ls
+        if not (lr - lr == 0.0 and lr > 0.0):
+            if ls:
+                ls.append(_NAN)
+            return False
+        if not ls:  # the first one: align it with the losses
+            ls.extend([_NAN] * (len(self._ys) - 1))
+            ls.append(lr)
+            return False
+        prev = next((v for v in reversed(ls) if v == v), _NAN)  # the last known one
+        ls.append(lr)
+        return lr >= self.lr_rise * prev
 
     def _learn(self, y: float, m: float, v: float, b: float, n: int) -> tuple[float, float, float]:
         if n == 0:
@@ -478,11 +506,13 @@ class Oscillation(Detector):
         self._ys.append(y)
         self._gs.append(g)
         ls = self._ls
-        if ls:  # aligned with ys since the first learning rate
-            ls.append(lr if lr - lr == 0.0 and lr > 0.0 else _NAN)
-        elif lr == lr and lr - lr == 0.0 and lr > 0.0:  # the first one: align it with the losses
-            ls.extend([_NAN] * (len(self._ys) - 1))
+        if ls and 0.0 < lr <= ls[-1]:  # the usual step: a known rate that did not rise
             ls.append(lr)
+            jumped = False
+        elif ls or lr == lr:
+            jumped = self._keep_lr(lr)
+        else:  # no learning rate so far
+            jumped = False
         self._ss.append(step)
         cl = self._cooldown_left
         if cl:
@@ -492,11 +522,17 @@ class Oscillation(Detector):
             self._cooldown_left = cl + 1  # armed: one value fewer left in the watch
         if not warm:
             return None
+        if jumped:  # the step size jumped: (re)arm the second path, on the learning rate's word
+            w = self.window
+            if not cl:
+                self._lr_only = True
+            self._cooldown_left = cl = -(4 * w - 3 * w // 2)
         r2 = self.shift_ratio
         if vl > r2 * bl_prev or (bg_prev > 0.0 and vg > r2 * bg_prev):
             w = self.window
             if vl > r2 * bl_prev and (bg_prev <= 0.0 or vg > r2 * bg_prev):
                 self._cooldown_left = -(4 * w - 3 * w // 2)  # (re)arm the second path
+                self._lr_only = False
             if vl > self.ratio * bl_prev or (bg_prev > 0.0 and vg > self.ratio * bg_prev):
                 ok, fl, fg = self._confirm(list(self._ys), list(self._gs))
                 if ok:
@@ -511,7 +547,7 @@ class Oscillation(Detector):
         elif not cl or n & 7:  # the second path: every 8th value while armed
             return None
         rl, rg, rlr = _shift_test(self._ys, self._gs, 3 * self.window // 2, self.efficiency, self._ls)
-        if rl < self.shift or (rg < self.grad_shift and rlr < self.lr_rise):
+        if rl < self.shift or (rlr < self.lr_rise and (self._lr_only or rg < self.grad_shift)):
             return None
         self._cooldown_left = self.cooldown
         w2 = len(self._ss)
@@ -558,6 +594,17 @@ class Oscillation(Detector):
         lr = arrays[2][i:i + lim]
         with np.errstate(invalid="ignore"):
             lr = np.where(np.isfinite(lr) & (lr > 0.0), lr, np.nan)  # unknown: nan, inf and <= 0
+        jumps = np.zeros(0, dtype=np.int64)
+        if self._ls:  # a learning rate was seen: its jumps arm the watch too
+            last0 = next((v for v in reversed(self._ls) if v == v), _NAN)
+            known = ~np.isnan(lr)
+            idx = np.maximum.accumulate(np.where(known, np.arange(lim), -1))
+            ff = np.where(idx >= 0, lr[np.maximum(idx, 0)], last0)  # the last known rate up to each value
+            with np.errstate(invalid="ignore"):
+                jumps = np.flatnonzero(known & (lr >= self.lr_rise * shifted(ff, last0)))
+        swings = ai
+        if len(jumps):
+            ai = np.union1d(ai, jumps)
         w = self.window
         w2, w4 = 3 * w // 2, 4 * w
         # the second path's watch: value indices n0 .. until0 carried in, then a + w4 - w2 after
@@ -574,6 +621,23 @@ class Oscillation(Detector):
                 stretches.append((a, a + watch))
         es = np.array([e - n0 for lo, hi in stretches for e in range(-(-lo // 8) * 8, min(hi, end) + 1, 8)],
                       dtype=np.int64)
+        # whether each examined value's watch was armed by a learning-rate jump alone (the
+        # streaming order: a jump arms first, a swing at the same value clears the flag)
+        flags = np.zeros(len(es), dtype=bool)
+        lr_only, until = self._lr_only, until0 - n0
+        if len(jumps) or lr_only:
+            evs = sorted([(int(a), 0) for a in jumps] + [(int(a), 1) for a in swings])
+            pos = 0
+            for qi, e in enumerate(es.tolist()):
+                while pos < len(evs) and evs[pos][0] <= e:
+                    a, kind = evs[pos]
+                    if kind:
+                        lr_only = False
+                    elif a > until:
+                        lr_only = True
+                    until = a + watch
+                    pos += 1
+                flags[qi] = lr_only
         k = lim
         yext = gext = lext = np.empty(0)
         off = len(self._ys)
@@ -607,7 +671,7 @@ class Oscillation(Detector):
                 if self._confirm(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist())[0]:
                     k = int(c)
                     break
-        es = es[es < k]
+        flags, es = flags[es < k], es[es < k]
         if len(es):  # the second path: a vectorised looser twin, then the shared scalar test
             views = np.lib.stride_tricks.sliding_window_view(yext, w2)
             m = len(es)
@@ -616,7 +680,7 @@ class Oscillation(Detector):
             lvl = med[:m] - med[m:]
             keep = lvl >= -1e-12
             if keep.any():
-                es, lvl = es[keep], lvl[keep]
+                es, lvl, flags = es[keep], lvl[keep], flags[keep]
                 both = both[np.concatenate((keep, keep))]
                 sc = np.maximum(1.4826 * np.median(np.abs(_batch_residuals(both)), axis=1), 1e-3)
                 with np.errstate(over="ignore"):
@@ -642,15 +706,24 @@ class Oscillation(Detector):
                     lk &= np.isfinite(lmin)
                     gk = gk | holes | lk
                 keep &= gk
-            for c in es[keep]:
+            for c, only in zip(es[keep].tolist(), flags[keep].tolist()):
                 lo = off + c + 1 - w4
                 rl, rg, rlr = _shift_test(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist(), w2,
                                           self.efficiency, lext[lo:off + c + 1].tolist())
-                if rl >= self.shift and (rg >= self.grad_shift or rlr >= self.lr_rise):
+                if rl >= self.shift and (rlr >= self.lr_rise or (not only and rg >= self.grad_shift)):
                     k = int(c)
                     break
         if k:
             last = max([until0] + [a + watch for a in arms if a < n0 + k])
+            if len(jumps) or self._lr_only:  # the flag as of the last value consumed
+                lr_only, until = self._lr_only, until0 - n0
+                for a, kind in sorted([(int(a), 0) for a in jumps if a < k] + [(int(a), 1) for a in swings if a < k]):
+                    if kind:
+                        lr_only = False
+                    elif a > until:
+                        lr_only = True
+                    until = a + watch
+                self._lr_only = lr_only
             self._cooldown_left = min(0, n0 + k - 1 - last)
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
             if self._ng:
