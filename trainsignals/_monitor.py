@@ -244,6 +244,13 @@ class Monitor:
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
+    @staticmethod
+    def _non_negative(name: str, v: Any) -> float:
+        f = v if type(v) is float else to_float(name, v)
+        if f < 0.0:
+            raise ValueError(f"{name} must be >= 0, got {f}")
+        return f
+
     def _layer_vector(self, signal: str, detector: str, value: Any) -> tuple[np.ndarray, tuple[str, ...]] | None:
         """A per-layer input as ``(vector, names)`` (names as its detector knows them), or None."""
         if value is None:
@@ -399,16 +406,20 @@ class Monitor:
         vals: dict[str, float] = {}
         if loss is not None:
             vals["loss"] = loss if type(loss) is float else to_float("loss", loss)
-        for name, v in (("grad_norm", grad_norm), ("lr", lr), ("update_ratio", update_ratio)):
-            if v is not None:
-                f = v if type(v) is float else to_float(name, v)
-                if f < 0.0:
-                    raise ValueError(f"{name} must be >= 0, got {f}")
-                vals[name] = f
+        # the non-negative scalars, unrolled (this is the hot path: no tuple of pairs to loop over)
+        if grad_norm is not None:
+            vals["grad_norm"] = self._non_negative("grad_norm", grad_norm)
+        if lr is not None:
+            vals["lr"] = self._non_negative("lr", lr)
+        if update_ratio is not None:
+            vals["update_ratio"] = self._non_negative("update_ratio", update_ratio)
         if val_loss is not None:
             vals["val_loss"] = val_loss if type(val_loss) is float else to_float("val_loss", val_loss)
-        layers = self._layer_vector("layer_grad_norms", "layer_cliff", layer_grad_norms)
-        ratios = self._layer_vector("layer_update_ratios", "layer_update_ratio", layer_update_ratios)
+        layers = ratios = None
+        if layer_grad_norms is not None:
+            layers = self._layer_vector("layer_grad_norms", "layer_cliff", layer_grad_norms)
+        if layer_update_ratios is not None:
+            ratios = self._layer_vector("layer_update_ratios", "layer_update_ratio", layer_update_ratios)
         acts = None
         if activations is not None:
             det = self.detectors.get("activations")
