@@ -13,8 +13,8 @@ of measuring per-parameter grad norms every step:
 The recipes (a) to (c) run where users measure, and where the watcher's optimizer pre-hook
 does: after ``backward()``, before ``optimizer.step()`` (and any clipping). On a CPU the first
 code that reads the fresh gradients pays to bring them into its core's cache (on the small CNN
-about 0.1 ms, five times what its norms cost once they are there); measured after the step, a
-recipe would find them already warmed by the optimizer.
+2-4 times what its norms cost once they are there: ``probe_cold_start.py``); measured after the
+step, a recipe would find them already warmed by the optimizer.
 
 * (a) ``recipe``: ``{n: p.grad.norm().item() for n, p in model.named_parameters()}`` plus
   ``loss.item()`` (one host sync per parameter);

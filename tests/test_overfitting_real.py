@@ -182,8 +182,6 @@ def test_a_jump_onto_a_higher_level_while_the_train_loss_collapses_is_caught(see
     evs = [e for e in TrainValGap().scan(loss, val) if e.kind == Kind.OVERFITTING]
     assert evs, "missed"
     assert evs[0].onset_step == 500 and evs[0].step <= 500 + 6 * 50
-    assert "on a level above" in evs[0].message or "rising at each" in evs[0].message or \
-        "beyond its earlier wobble" in evs[0].message
 
 
 @pytest.mark.parametrize("seed", range(6))

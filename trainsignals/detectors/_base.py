@@ -235,6 +235,31 @@ class PairDetector(Detector):
         return Detector.scan(self, x, y, steps=steps)
 
 
+class TripleDetector(Detector):
+    """A detector of three signals; the second and third may be omitted (``nan``: not measured)."""
+
+    def update(self, x: Any, y: Any = math.nan, z: Any = math.nan, *,  # type: ignore[override]
+               step: int | None = None) -> Event | None:
+        """Feed one value of each signal in ``signals`` (the second and third may be left out)."""
+        if type(x) is not float:
+            x = to_float(self.signals[0], x)
+        if type(y) is not float:
+            y = math.nan if y is None else to_float(self.signals[1], y)
+        if type(z) is not float:
+            z = math.nan if z is None else to_float(self.signals[2], z)
+        if step is None:
+            step = self._last_step + 1  # type: ignore[attr-defined]
+        elif type(step) is not int:
+            step = to_step(step)
+        return self._step(x, y, z, step)  # type: ignore[call-arg]
+
+    def scan(self, x: Any, y: Any = None, z: Any = None, *, steps: Any = None) -> list[Event]:  # type: ignore[override]
+        """Batch twin of :meth:`update`; ``y`` and ``z`` may be left out (all ``nan``)."""
+        n = len(_as_1d(self.signals[0], x))
+        return Detector.scan(self, x, np.full(n, np.nan) if y is None else y,
+                             np.full(n, np.nan) if z is None else z, steps=steps)
+
+
 def _as_1d(name: str, a: Any) -> np.ndarray:
     try:
         arr = np.asarray(a, dtype=np.float64)

@@ -12,8 +12,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range, to_float, to_step
-from ._base import Detector, _as_1d
+from .._validate import check_range
+from ._base import TripleDetector
 from ._ops import ewma, first_true, shifted
 
 _LN10 = math.log(10.0)
@@ -29,7 +29,7 @@ def _factor(d: float) -> str:
     return f"{pct:.2g}%" if pct < 100.0 else f"{math.exp(d):.3g}x"
 
 
-class CUSUMPlateau(Detector):
+class CUSUMPlateau(TripleDetector):
     """Flags a stall: no new best loss for ``patience`` values while the run has stopped moving.
 
     On ``y = log(loss)`` the detector keeps a smoothed level ``s`` (EWMA, weight ``alpha``),
@@ -208,31 +208,6 @@ class CUSUMPlateau(Detector):
         if state["r"] != state["r"]:
             state["r"] = None  # JSON has no NaN
         return state
-
-    # -- the optional inputs ------------------------------------------------------------------
-    def update(self, x: Any, y: Any = math.nan, z: Any = math.nan, *,  # type: ignore[override]
-               step: int | None = None) -> Event | None:
-        """Feed one loss value, and the grad norm and update ratio where known (``nan``: not measured)."""
-        if type(x) is not float:
-            x = to_float(self.signals[0], x)
-        if type(y) is not float:
-            y = math.nan if y is None else to_float(self.signals[1], y)
-        if type(z) is not float:
-            z = math.nan if z is None else to_float(self.signals[2], z)
-        if step is None:
-            step = self._last_step + 1
-        elif type(step) is not int:
-            step = to_step(step)
-        return self._step(x, y, z, step)
-
-    def scan(self, x: Any, y: Any = None, z: Any = None, *, steps: Any = None) -> list[Event]:  # type: ignore[override]
-        """Batch twin of :meth:`update`; ``y`` (grad norm) and ``z`` (update ratio) may be left out."""
-        n = len(_as_1d(self.signals[0], x))
-        if y is None:
-            y = np.full(n, np.nan)
-        if z is None:
-            z = np.full(n, np.nan)
-        return Detector.scan(self, x, y, z, steps=steps)
 
     # -- the rule -------------------------------------------------------------------------------
     def _delta(self, noise: float) -> float:

@@ -13,8 +13,8 @@ import numpy as np
 from scipy.stats import chi2
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range, to_float, to_step
-from ._base import Detector, _as_1d
+from .._validate import check_range
+from ._base import TripleDetector
 from ._ops import ewma, first_true, shifted
 
 _log = math.log
@@ -146,7 +146,12 @@ def _shift_test(ys: Sequence[float], gs: Sequence[float], w2: int, efficiency: f
     return rl, max(_scale(gc) / _scale(gr), math.exp(_median(gcur) - _median(gref))), rlr
 
 
-class Oscillation(Detector):
+def _kept(i: int, name: str) -> Any:
+    """A read-only setting stored at ``_cfg_wts[i]`` (keeps the instance's attributes few)."""
+    return property(lambda self: self._cfg_wts[i], doc=f"The ``{name}`` setting.")
+
+
+class Oscillation(TripleDetector):
     """Flags an oscillation: the loss swings far beyond its usual noise and makes no net progress.
 
     Inputs: the loss and, optionally, the grad norm and the learning rate (``nan`` when
@@ -327,30 +332,12 @@ class Oscillation(Detector):
         self._cfg_wts = (var_alpha, base_alpha, lr_rise, drop, pattern_p)
         self._reset()
 
-    @property
-    def var_alpha(self) -> float:
-        """The ``var_alpha`` setting (kept with the weights: see ``__init__``)."""
-        return self._cfg_wts[0]
-
-    @property
-    def base_alpha(self) -> float:
-        """The ``base_alpha`` setting (kept with the weights: see ``__init__``)."""
-        return self._cfg_wts[1]
-
-    @property
-    def lr_rise(self) -> float:
-        """The ``lr_rise`` setting (kept with the weights: see ``__init__``)."""
-        return self._cfg_wts[2]
-
-    @property
-    def drop(self) -> float:
-        """The ``drop`` setting (kept with the weights: see ``__init__``)."""
-        return self._cfg_wts[3]
-
-    @property
-    def pattern_p(self) -> float:
-        """The ``pattern_p`` setting (kept with the weights: see ``__init__``)."""
-        return self._cfg_wts[4]
+    # settings read off the hot path, kept in one tuple (see ``__init__``)
+    var_alpha = _kept(0, "var_alpha")
+    base_alpha = _kept(1, "base_alpha")
+    lr_rise = _kept(2, "lr_rise")
+    drop = _kept(3, "drop")
+    pattern_p = _kept(4, "pattern_p")
 
     def _reset(self) -> None:
         w = self.window
@@ -446,30 +433,6 @@ class Oscillation(Detector):
             b = ba * v + bb * b
         return m, v, b
 
-    def update(self, x: Any, y: Any = math.nan, z: Any = math.nan, *,  # type: ignore[override]
-               step: int | None = None) -> Event | None:
-        """Feed one loss value, and the grad norm and learning rate where known (``nan``: not measured)."""
-        if type(z) is not float:
-            z = math.nan if z is None else to_float(self.signals[2], z)
-        if type(x) is not float:
-            x = to_float(self.signals[0], x)
-        if type(y) is not float:
-            y = math.nan if y is None else to_float(self.signals[1], y)
-        if step is None:
-            step = self._last_step + 1
-        elif type(step) is not int:
-            step = to_step(step)
-        return self._step(x, y, z, step)
-
-    def scan(self, x: Any, y: Any = None, z: Any = None, *, steps: Any = None) -> list[Event]:  # type: ignore[override]
-        """Batch twin of :meth:`update`; ``y`` (grad norm) and ``z`` (learning rate) may be left out."""
-        n = len(_as_1d(self.signals[0], x))
-        if y is None:
-            y = np.full(n, np.nan)
-        if z is None:
-            z = np.full(n, np.nan)
-        return Detector.scan(self, x, y, z, steps=steps)
-
     def _step(self, x: float, grad: float, lr: float, step: int) -> Event | None:  # type: ignore[override]
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
@@ -560,6 +523,26 @@ class Oscillation(Detector):
         return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal,
                           rl, self.shift, msg)
 
+    def _lr_only_after(self, jumps: np.ndarray, swings: np.ndarray, until: int, watch: int,
+                       points: list[int]) -> list[bool]:
+        """Whether the watch was armed by a learning-rate jump alone, after the armings at or
+        before each of ``points`` (increasing, relative to the block like ``jumps`` and
+        ``swings``; ``until`` is the last value the carried-in watch covers). The streaming
+        order: a jump arms first, a swing at the same value clears the flag."""
+        evs = sorted([(int(a), 0) for a in jumps] + [(int(a), 1) for a in swings])
+        lr_only, pos, out = self._lr_only, 0, []
+        for e in points:
+            while pos < len(evs) and evs[pos][0] <= e:
+                a, swing = evs[pos]
+                if swing:
+                    lr_only = False
+                elif a > until:
+                    lr_only = True
+                until = a + watch
+                pos += 1
+            out.append(lr_only)
+        return out
+
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._n < self.warmup or self._cooldown_left > 0 or 0 < self._ng < self.warmup:
             return 0
@@ -621,23 +604,11 @@ class Oscillation(Detector):
                 stretches.append((a, a + watch))
         es = np.array([e - n0 for lo, hi in stretches for e in range(-(-lo // 8) * 8, min(hi, end) + 1, 8)],
                       dtype=np.int64)
-        # whether each examined value's watch was armed by a learning-rate jump alone (the
-        # streaming order: a jump arms first, a swing at the same value clears the flag)
+        # whether each examined value's watch was armed by a learning-rate jump alone
+        lr_armed = bool(len(jumps)) or self._lr_only
         flags = np.zeros(len(es), dtype=bool)
-        lr_only, until = self._lr_only, until0 - n0
-        if len(jumps) or lr_only:
-            evs = sorted([(int(a), 0) for a in jumps] + [(int(a), 1) for a in swings])
-            pos = 0
-            for qi, e in enumerate(es.tolist()):
-                while pos < len(evs) and evs[pos][0] <= e:
-                    a, kind = evs[pos]
-                    if kind:
-                        lr_only = False
-                    elif a > until:
-                        lr_only = True
-                    until = a + watch
-                    pos += 1
-                flags[qi] = lr_only
+        if lr_armed:
+            flags[:] = self._lr_only_after(jumps, swings, until0 - n0, watch, es.tolist())
         k = lim
         yext = gext = lext = np.empty(0)
         off = len(self._ys)
@@ -715,15 +686,8 @@ class Oscillation(Detector):
                     break
         if k:
             last = max([until0] + [a + watch for a in arms if a < n0 + k])
-            if len(jumps) or self._lr_only:  # the flag as of the last value consumed
-                lr_only, until = self._lr_only, until0 - n0
-                for a, kind in sorted([(int(a), 0) for a in jumps if a < k] + [(int(a), 1) for a in swings if a < k]):
-                    if kind:
-                        lr_only = False
-                    elif a > until:
-                        lr_only = True
-                    until = a + watch
-                self._lr_only = lr_only
+            if lr_armed:  # the flag as of the last value consumed
+                self._lr_only = self._lr_only_after(jumps, swings, until0 - n0, watch, [k - 1])[0]
             self._cooldown_left = min(0, n0 + k - 1 - last)
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
             if self._ng:

@@ -287,14 +287,18 @@ class TrainValGap(Detector):
         if se2 <= 0.0:
             return mp > mq
         dof = se2 * se2 / (vp * vp / (k - 1) + vq * vq / k)  # Welch-Satterthwaite
-        crit = float(self.threshold) if self.threshold is not None else _t_quantile(float(self.confidence), max(1, int(dof)))
-        return (mp - mq) / math.sqrt(se2) >= crit
+        return (mp - mq) / math.sqrt(se2) >= self._critical_dof(max(1, int(dof)))
 
     def _critical(self, n: int) -> float:
         """The t-statistic a slope fitted to ``n`` validations must reach (``n >= 3``)."""
+        return self._critical_dof(n - 2)
+
+    def _critical_dof(self, dof: int) -> float:
+        """The t-statistic a test with ``dof`` degrees of freedom must reach: ``threshold`` when
+        set, else Student's t quantile at ``confidence``."""
         if self.threshold is not None:
             return float(self.threshold)
-        return _t_quantile(float(self.confidence), n - 2)
+        return _t_quantile(float(self.confidence), dof)
 
     def _push(self, v: float) -> None:
         self._hist.append(v)
