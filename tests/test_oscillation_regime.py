@@ -44,7 +44,7 @@ def run(seed: int, lift: float = 4.0, grad_level: float = 1.0, grad_swing: float
 
 def regime_events(loss, grad):
     det = Oscillation()
-    return [e for e in det.scan(loss, grad) if e.kind == Kind.OSCILLATION and e.threshold == det.shift]
+    return [e for e in det.scan(loss, grad) if e.kind == Kind.OSCILLATION and e.threshold in (det.shift, det.lr_shift)]
 
 
 def within(evs, lo=ONSET, hi=ONSET + 100):
@@ -98,7 +98,7 @@ def lr_run(seed: int, lift: float = 4.0, lr_jump: float = 3.0, kick: bool = True
 
 def lr_regime_events(loss, grad, lr=None):
     det = Oscillation()
-    return [e for e in det.scan(loss, grad, lr) if e.kind == Kind.OSCILLATION and e.threshold == det.shift]
+    return [e for e in det.scan(loss, grad, lr) if e.kind == Kind.OSCILLATION and e.threshold in (det.shift, det.lr_shift)]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -161,3 +161,53 @@ def test_the_monitor_passes_the_learning_rate():
 def test_bad_lr_rise_names_the_parameter():
     with pytest.raises(ValueError, match="lr_rise"):
         Oscillation(lr_rise=1.0)
+
+
+def old_ground(lr):
+    """``lr`` with its first 150 values at the raised rate: the jump at ``ONSET`` then returns
+    the run to a step size it has already trained with."""
+    lr = lr.copy()
+    lr[:150] = np.where(np.isnan(lr[:150]), np.nan, lr[-1])
+    return lr
+
+
+def test_a_narrower_widening_is_enough_when_the_learning_rate_reaches_new_ground():
+    # the loss swings 2.25x as wide (between lr_shift and shift): caught when the learning rate
+    # jumped above any rate of the run, seldom when it returned to one the run already used,
+    # never without it
+    det = Oscillation()
+    assert det.lr_shift < 2.25 < det.shift
+    new = old = bare = 0
+    for seed in SEEDS:
+        loss, g, lr = lr_run(seed, lift=2.25)
+        new += bool(within(lr_regime_events(loss, g, lr)))
+        old += bool(within(lr_regime_events(loss, g, old_ground(lr))))
+        bare += bool(within(lr_regime_events(loss, g)))
+    assert new >= 6 and old <= 2 and bare == 0, (new, old, bare)
+    evs = lr_regime_events(*lr_run(0, lift=2.25))
+    assert evs and evs[0].threshold == det.lr_shift
+    assert "above any rate the run had used" in evs[0].message
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+@pytest.mark.parametrize("fresh", [True, False])
+def test_streaming_gives_the_scan_events_when_the_learning_rate_appears_late(seed, fresh):
+    # no learning rate for the first 200 values, then one that jumps at ONSET (to new ground
+    # or back to an old rate): the vectorised path must track the highest rate like the scalar
+    loss, g, lr = lr_run(seed, lift=2.25)
+    lr = (lr if fresh else old_ground(lr)).copy()
+    lr[:200] = np.nan
+    if not fresh:
+        lr[200:260] = 0.03
+    a, b = Oscillation(), Oscillation()
+    ea = a.scan(loss, g, lr)
+    eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) if (e := b.update(x, gg, r)) is not None]
+    assert [(e.step, e.threshold, e.message) for e in ea] == [(e.step, e.threshold, e.message) for e in eb]
+    assert close_state(a.state_dict(), b.state_dict())
+    assert a.state_dict()["state"]["lr_new"] is fresh
+
+
+def test_bad_lr_shift_names_the_parameter():
+    for bad in (1.0, 3.0):  # at most 1, or above shift (2.5)
+        with pytest.raises(ValueError, match="lr_shift"):
+            Oscillation(lr_shift=bad)

@@ -221,6 +221,14 @@ class Oscillation(TripleDetector):
       stability often keep their grad norm where it was). The whole current window must be at
       the raised rate: a warm restart's loss bump, while the window still holds the jump, is
       not yet a regime, and once the window has left it the loss is falling again.
+    * with the learning rate's word, and when its last jump took it ``lr_rise`` times above the
+      highest rate the run had used before, a loss swing ``lr_shift`` times as wide (2, the
+      real-run suite's own definition of an oscillation, :mod:`trainsignals.real_runs`) is
+      enough instead of ``shift``. ``shift``'s margin guards against a loss band that merely
+      wanders (healthy real runs reach 2.6 in this test); a step size the run never trained
+      with is the cause seen directly. A jump back to a rate the run already used (a warm
+      restart to its peak) keeps ``shift``: the loss band after it is often just the band the
+      run had at that rate, wider than the quiet end of the previous cycle.
 
     The second path is examined every 8th value while *armed*: for ``4 * window - 3 * window //
     2`` values (80 at the default window) after a value at which the local swing ``v`` of the
@@ -258,6 +266,9 @@ class Oscillation(TripleDetector):
         lr_rise: learning-rate ratio that arms the second path (over the last known one) and
             that stands in for the grad norm's move in its test (the current window's smallest
             over the reference's median), > 1.
+        lr_shift: the swing ratio that fires the second path instead of ``shift`` on the learning
+            rate's word after a jump to a rate ``lr_rise`` times above any the run had used,
+            in (1, shift].
         var_alpha: weight of the local swing, in (0, 1).
         base_alpha: weight of the baseline swing, in (0, var_alpha).
         warmup: values before any event, >= 4 * window.
@@ -278,7 +289,7 @@ class Oscillation(TripleDetector):
 
     signals = ("loss", "grad_norm", "lr")
     _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ls", "ss", "cooldown_left", "lr_only",
-                   "last_step")
+                   "lr_top", "lr_new", "last_step")
 
     def __init__(
         self,
@@ -293,6 +304,7 @@ class Oscillation(TripleDetector):
         grad_shift: float = 1.5,
         shift_ratio: float = 1.5,
         lr_rise: float = 1.5,
+        lr_shift: float = 2.0,
         var_alpha: float = 0.1,
         base_alpha: float = 0.005,
         warmup: int = 128,
@@ -310,6 +322,7 @@ class Oscillation(TripleDetector):
         check_range("grad_shift", grad_shift, 0, None, lo_open=True)
         check_range("shift_ratio", shift_ratio, 1, ratio, lo_open=True)
         check_range("lr_rise", lr_rise, 1, None, lo_open=True)
+        check_range("lr_shift", lr_shift, 1, shift, lo_open=True)
         check_range("var_alpha", var_alpha, 0, 1, lo_open=True, hi_open=True)
         check_range("base_alpha", base_alpha, 0, var_alpha, lo_open=True, hi_open=True)
         check_range("warmup", warmup, 4 * window, None, integer=True)
@@ -324,12 +337,11 @@ class Oscillation(TripleDetector):
         self.shift_ratio = shift_ratio
         self.warmup = warmup
         self.cooldown = cooldown
-        self.signal = signal
         # the EWMA weights (and the settings read only there) in one tuple: few instance
         # attributes keep attribute access fast (CPython shares an instance dict's keys, and
         # specialises its lookups, only up to 30 of them; about 20 ns a value here)
         self._wts = (float(var_alpha), 1.0 - float(var_alpha), float(base_alpha), 1.0 - float(base_alpha))
-        self._cfg_wts = (var_alpha, base_alpha, lr_rise, drop, pattern_p)
+        self._cfg_wts = (var_alpha, base_alpha, lr_rise, drop, pattern_p, lr_shift, signal)
         self._reset()
 
     # settings read off the hot path, kept in one tuple (see ``__init__``)
@@ -338,6 +350,17 @@ class Oscillation(TripleDetector):
     lr_rise = _kept(2, "lr_rise")
     drop = _kept(3, "drop")
     pattern_p = _kept(4, "pattern_p")
+    lr_shift = _kept(5, "lr_shift")
+    signal = _kept(6, "signal")
+
+    def _fires(self, rl: float, rg: float, rlr: float, lr_only: bool, lr_new: bool) -> bool:
+        """The second path's verdict on :func:`_shift_test`'s ratios: the loss swings ``shift``
+        times as wide and the learning rate rose, or the grad norm moved (not on a watch that a
+        learning-rate jump alone armed); or only ``lr_shift`` times as wide when the learning
+        rate rose and its last jump took it where the run had never been (``lr_new``)."""
+        if rlr >= self._cfg_wts[2]:
+            return rl >= (self._cfg_wts[5] if lr_new else self.shift)
+        return not lr_only and rl >= self.shift and rg >= self.grad_shift
 
     def _reset(self) -> None:
         w = self.window
@@ -353,6 +376,8 @@ class Oscillation(TripleDetector):
         # > 0: values left in the cooldown; < 0: values left in the second path's watch (armed)
         self._cooldown_left = 0
         self._lr_only = False  # the watch was armed by a learning-rate jump alone
+        self._lr_top = 0.0  # the highest learning rate so far (0: none known)
+        self._lr_new = False  # the last jump took the learning rate lr_rise times above lr_top
         self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
@@ -411,13 +436,20 @@ class Oscillation(TripleDetector):
             if ls:
                 ls.append(_NAN)
             return False
+        top = self._lr_top
+        if lr > top:
+            self._lr_top = lr
         if not ls:  # the first one: align it with the losses
             ls.extend([_NAN] * (len(self._ys) - 1))
             ls.append(lr)
             return False
         prev = next((v for v in reversed(ls) if v == v), _NAN)  # the last known one
         ls.append(lr)
-        return lr >= self.lr_rise * prev
+        rise = self.lr_rise
+        if lr >= rise * prev:
+            self._lr_new = lr >= rise * top
+            return True
+        return False
 
     def _learn(self, y: float, m: float, v: float, b: float, n: int) -> tuple[float, float, float]:
         if n == 0:
@@ -510,7 +542,7 @@ class Oscillation(TripleDetector):
         elif not cl or n & 7:  # the second path: every 8th value while armed
             return None
         rl, rg, rlr = _shift_test(self._ys, self._gs, 3 * self.window // 2, self.efficiency, self._ls)
-        if rl < self.shift or (rlr < self.lr_rise and (self._lr_only or rg < self.grad_shift)):
+        if not self._fires(rl, rg, rlr, self._lr_only, self._lr_new):
             return None
         self._cooldown_left = self.cooldown
         w2 = len(self._ss)
@@ -519,9 +551,10 @@ class Oscillation(TripleDetector):
                + (f"; the grad norm moved {rg:.3g}x (its swing or its level)"
                   if self.grad_shift <= rg < math.inf else "")
                + (f"; the learning rate rose {rlr:.3g}x" if rlr >= self.lr_rise else "")
+               + (", above any rate the run had used" if rlr >= self.lr_rise and self._lr_new else "")
                + ": step size at the edge of stability")
         return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal,
-                          rl, self.shift, msg)
+                          rl, self.lr_shift if rlr >= self.lr_rise and self._lr_new else self.shift, msg)
 
     def _lr_only_after(self, jumps: np.ndarray, swings: np.ndarray, until: int, watch: int,
                        points: list[int]) -> list[bool]:
@@ -578,13 +611,16 @@ class Oscillation(TripleDetector):
         with np.errstate(invalid="ignore"):
             lr = np.where(np.isfinite(lr) & (lr > 0.0), lr, np.nan)  # unknown: nan, inf and <= 0
         jumps = np.zeros(0, dtype=np.int64)
-        if self._ls:  # a learning rate was seen: its jumps arm the watch too
+        new = np.zeros(0, dtype=bool)  # whether each jump went lr_rise times above the highest rate so far
+        known = ~np.isnan(lr)
+        if self._ls or known.any():  # a learning rate was seen: its jumps arm the watch too
             last0 = next((v for v in reversed(self._ls) if v == v), _NAN)
-            known = ~np.isnan(lr)
             idx = np.maximum.accumulate(np.where(known, np.arange(lim), -1))
             ff = np.where(idx >= 0, lr[np.maximum(idx, 0)], last0)  # the last known rate up to each value
             with np.errstate(invalid="ignore"):
                 jumps = np.flatnonzero(known & (lr >= self.lr_rise * shifted(ff, last0)))
+            top = np.fmax.accumulate(np.concatenate(([self._lr_top], lr)))  # top[i]: the highest before value i
+            new = lr[jumps] >= self.lr_rise * top[jumps]
         swings = ai
         if len(jumps):
             ai = np.union1d(ai, jumps)
@@ -655,7 +691,7 @@ class Oscillation(TripleDetector):
                 both = both[np.concatenate((keep, keep))]
                 sc = np.maximum(1.4826 * np.median(np.abs(_batch_residuals(both)), axis=1), 1e-3)
                 with np.errstate(over="ignore"):
-                    keep = sc[:len(es)] / sc[len(es):] * np.exp(np.maximum(lvl, 0.0)) >= self.shift * (1 - 1e-6)
+                    keep = sc[:len(es)] / sc[len(es):] * np.exp(np.maximum(lvl, 0.0)) >= self.lr_shift * (1 - 1e-6)
             if self._ng and keep.any():
                 gviews = np.lib.stride_tricks.sliding_window_view(gext, w2)
                 gc, gr = gviews[off + es + 1 - w2], gviews[off + es + 1 - w4]
@@ -677,15 +713,22 @@ class Oscillation(TripleDetector):
                     lk &= np.isfinite(lmin)
                     gk = gk | holes | lk
                 keep &= gk
-            for c, only in zip(es[keep].tolist(), flags[keep].tolist()):
+            at = np.searchsorted(jumps, es[keep], side="right") - 1  # the last jump at or before each
+            lr_new = np.where(at >= 0, new[np.maximum(at, 0)] if len(new) else False, self._lr_new)
+            for c, only, fresh in zip(es[keep].tolist(), flags[keep].tolist(), lr_new.tolist()):
                 lo = off + c + 1 - w4
                 rl, rg, rlr = _shift_test(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist(), w2,
                                           self.efficiency, lext[lo:off + c + 1].tolist())
-                if rl >= self.shift and (rlr >= self.lr_rise or (not only and rg >= self.grad_shift)):
+                if self._fires(rl, rg, rlr, only, fresh):
                     k = int(c)
                     break
         if k:
             last = max([until0] + [a + watch for a in arms if a < n0 + k])
+            if known[:k].any():  # the learning-rate record as of the last value consumed
+                self._lr_top = max(self._lr_top, float(np.nanmax(lr[:k])))
+                before = jumps[jumps < k]
+                if len(before):
+                    self._lr_new = bool(new[len(before) - 1])
             if lr_armed:  # the flag as of the last value consumed
                 self._lr_only = self._lr_only_after(jumps, swings, until0 - n0, watch, [k - 1])[0]
             self._cooldown_left = min(0, n0 + k - 1 - last)

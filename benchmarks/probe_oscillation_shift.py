@@ -1,0 +1,99 @@
+"""How wide do loss swings get in Oscillation's second-path test, on healthy and oscillating runs?
+
+For each suite given, evaluates the second path's ratios (:func:`_shift_test`: the loss swing in
+loss units, the grad norm's move, the learning rate's rise; last 48 values against the 48 that
+end 80 values earlier) at every other value of every run, whether or not the watch is armed.
+Prints, per suite:
+
+* the largest loss swing ratio on healthy runs where the grad norm moved ``grad_shift`` times
+  (the evidence the test takes without a learning rate), where the learning rate rose
+  ``lr_rise`` times (the learning rate's word), and where it rose after a jump to new ground
+  (above every earlier rate: where ``lr_shift`` applies), with the runs that reach them;
+* for each ``oscillation`` run: the real suite's label check's swing ratio (its definition, >= 2), the
+  largest loss swing ratio within the detection window with either evidence, whether its last
+  learning-rate jump went above every rate the run had used, and the steps where the default
+  ``Oscillation`` fires.
+
+This is the check behind ``lr_shift`` (2, the label's definition, on the learning rate's word
+after a jump to new ground) and ``shift`` (2.5, otherwise) in ``Oscillation``'s docstring.
+
+Run: ``python benchmarks/probe_oscillation_shift.py real [/tmp/real_seed1 synthetic ...]``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from trainsignals import Kind
+from trainsignals.bench import default_window
+from trainsignals.curves import load_suite
+from trainsignals.detectors import Oscillation
+from trainsignals.detectors.oscillation import _shift_test
+from trainsignals.real_runs import _oscillation_stats
+
+W2, W4 = 48, 128
+
+
+def ratios(c, lo: int = 2 * W4, hi: int | None = None):
+    """``(index, loss ratio, grad ratio, lr ratio)`` at every other value in ``[lo, hi)``."""
+    n = len(c.loss)
+    with np.errstate(all="ignore"):
+        y = np.log(np.where(c.loss > 0, c.loss, np.nan))
+        g = np.log(c.grad_norm) if c.grad_norm is not None else np.full(n, np.nan)
+    lr = c.lr if c.lr is not None else np.full(n, np.nan)
+    for t in range(max(lo, W4), n if hi is None else min(hi, n), 2):
+        ys = y[t - W4 + 1:t + 1]
+        if np.isfinite(ys).all():
+            yield (t, *_shift_test(ys.tolist(), g[t - W4 + 1:t + 1].tolist(), W2, 0.5, lr[t - W4 + 1:t + 1].tolist()))
+
+
+def new_ground(lr: np.ndarray | None, upto: int, rise: float) -> bool:
+    """Whether the learning rate's last jump up to index ``upto`` went ``rise`` times above every
+    earlier rate (the detector's ``lr_new``; gaps are skipped)."""
+    if lr is None:
+        return False
+    seg = lr[:upto + 1]
+    ok = np.isfinite(seg) & (seg > 0)
+    v = seg[ok]
+    jumps = np.flatnonzero(v[1:] >= rise * v[:-1]) + 1
+    return bool(len(jumps)) and bool(v[jumps[-1]] >= rise * v[:jumps[-1]].max())
+
+
+def main(argv: list[str]) -> None:
+    det = Oscillation()
+    for name in argv or ["real"]:
+        suite = load_suite("datasets/real" if name == "real" else name)
+        best_g: tuple[float, str] = (0.0, "-")
+        best_l: tuple[float, str] = (0.0, "-")
+        best_n: tuple[float, str] = (0.0, "-")
+        for c in suite:
+            if not c.healthy:
+                continue
+            for t, rl, rg, rlr in ratios(c):
+                if rg >= det.grad_shift and rg < np.inf and rl > best_g[0]:
+                    best_g = (rl, c.name)
+                if rlr >= det.lr_rise and rl > best_l[0]:
+                    best_l = (rl, c.name)
+                if rlr >= det.lr_rise and rl > best_n[0] and new_ground(c.lr, t, det.lr_rise):
+                    best_n = (rl, c.name)
+        print(f"{name}: healthy, largest loss swing ratio with the grad norm's move: {best_g[0]:.2f} ({best_g[1]}); "
+              f"with the learning rate's rise: {best_l[0]:.2f} ({best_l[1]}); after a jump to new ground: "
+              f"{best_n[0]:.2f} ({best_n[1]})")
+        for c in suite:
+            if str(c.kind) != "oscillation":
+                continue
+            on, n = c.onset_step, len(c.loss)
+            w = default_window("oscillation", n)
+            label = _oscillation_stats(c.loss, on, min(w, n - 1 - on))[0]
+            got = [rl for _, rl, rg, rlr in ratios(c, on, on + w + 1)
+                   if rlr >= det.lr_rise or det.grad_shift <= rg < np.inf]
+            fires = [e.step for e in Oscillation().scan(c.loss, c.grad_norm, c.lr, steps=c.steps)
+                     if e.kind == Kind.OSCILLATION]
+            print(f"  {c.name:28s} label ratio {label:5.2f}  largest {max(got, default=0.0):6.2f}  "
+                  f"new ground {'yes' if new_ground(c.lr, on + 2, det.lr_rise) else 'no ':3s}  fires at {fires}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
