@@ -200,3 +200,45 @@ def test_the_level_step_fires_where_the_other_routes_are_silent(seed):
     first = min(e.step for e in evs)
     assert "on a level above" in evs[0].message
     assert all(e.step > first for e in others if "on a level above" not in e.message)
+
+
+def twice_run(seed: int, comes_back: bool = True):
+    """A run that generalises, its validation loss meandering up 12 % once, to its best
+    validation at step 500; the validation loss then climbs 40 % by step 700 while the train
+    loss keeps falling, and either comes back to 3 % above its best by step 800 (inside the
+    earlier meanders, never a new best) and climbs 40 % again from step 1100, or stays up."""
+    rng = np.random.default_rng(seed)
+    every, best = 50, 500
+    steps = np.arange(2001)
+    train = (2.3 * np.exp(-steps / 300) + 0.3) * 10 ** -np.clip((steps - best) / 1500, 0, None)
+    train = train * np.exp(rng.normal(0, 0.05, len(steps)))
+    vs = np.arange(1, 41) * every
+    val = 2.3 * np.exp(-np.minimum(vs, best) / 300) + 0.5
+    first = np.clip((vs - best) / 200, 0, 1)
+    if comes_back:
+        first = np.where(vs >= 800, 0.075, first) + np.clip((vs - 1100) / 200, 0, 1)
+    val = val * np.where(vs == 300, 1.25, 1.0)  # a meander on the way down: 12 % up
+    noise = np.where(vs < best, rng.normal(0, 0.02, len(vs)), rng.normal(0, 0.005, len(vs)) * (vs > best))
+    val = val * (1 + 0.4 * first) * np.exp(noise)
+    return train, (vs, val)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_overfit_taken_back_then_resumed_is_reported_again(seed):
+    # once the validation loss comes back within its earlier wobble of the best, the first
+    # alarm's rise was taken back: the second climb, which never beats that best, is news
+    steps = [e.step for e in TrainValGap().scan(*twice_run(seed)) if e.kind == Kind.OVERFITTING]
+    assert len(steps) == 2 and 500 < steps[0] <= 800 and 1100 < steps[1] <= 1500, steps
+    stays = [e.step for e in TrainValGap().scan(*twice_run(seed, comes_back=False)) if e.kind == Kind.OVERFITTING]
+    assert len(stays) == 1 and 500 < stays[0] <= 800, stays
+
+
+def test_streaming_rearms_like_the_scan():
+    loss, (vs, vals) = twice_run(0)
+    a, b = TrainValGap(), TrainValGap()
+    ea = a.scan(loss, (vs, vals))
+    val_at = dict(zip(vs.tolist(), vals.tolist()))
+    eb = [e for s, x in enumerate(loss.tolist()) if (e := b.update(x, val_at.get(s), step=s)) is not None]
+    assert [(e.step, e.onset_step, e.message) for e in ea] == [(e.step, e.onset_step, e.message) for e in eb]
+    assert len(ea) == 2
+    assert close_state(a.state_dict(), b.state_dict())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from trainsignals.real_runs import (
     FAMILIES,
     FAULT_KINDS,
     RunSpec,
+    _map,
     build,
     check_label,
     default_directory,
@@ -115,13 +117,36 @@ def test_build_writes_a_suite_that_load_suite_reads(torch: Any, tmp_path: Path) 
     curves = load_suite(tmp_path)
     assert [c.name for c in curves] == ["divergence-mlp-0", "healthy-mlp-0"]
     assert [d["name"] for d in manifest["dropped"]] == ["divergence-mlp-1"]
-    again = train(specs[1])
+    again = _map([specs[1]], 1, None)[0]["curve"]   # trained like build: a fresh process, pinned kernels
     assert same(curves[0], again)      # stored exactly (float32 values)
     written = json.loads((tmp_path / "manifest.json").read_text())
     assert written["versions"]["torch"] == torch.__version__
     assert written["command"] == "python -m trainsignals.real_runs build --seed 7"
     entry = written["curves"][0]
     assert entry["check"]["passed"] and entry["family"] == "mlp" and entry["config"]["fault"]["lr_mult"] == 100.0
+
+
+def test_build_gives_the_same_values_whatever_kernels_the_cpu_would_pick(torch: Any, tmp_path: Path) -> None:
+    # torch and MKL choose their kernels by the CPU's vector extensions; a build started where
+    # they would pick AVX2 code must write the values of one where they would pick AVX-512
+    # (without build's pinned kernels the two differ in the last bits, and labels can flip)
+    specs = [spec(name="healthy-mlp-0", steps=250),
+             spec(name="healthy-cnn-1", family="cnn", arch={"channels": [8, 16], "hidden": 32, "activation": "relu"},
+                  steps=250)]
+    code = ("import sys; from trainsignals.real_runs import build; "
+            "build(sys.argv[1], seed=7, jobs=1, specs=__import__('pickle').loads(bytes.fromhex(sys.argv[2])))")
+    import pickle
+
+    outs = []
+    for cap, cbwr in (("avx2", "AVX2"), ("avx512", "AVX512")):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": cap, "MKL_CBWR": cbwr}
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / cap), pickle.dumps(specs).hex()],
+                       env=env, check=True, capture_output=True)
+        outs.append(load_suite(tmp_path / cap))
+    assert [c.name for c in outs[0]] == [c.name for c in outs[1]] == ["healthy-mlp-0", "healthy-cnn-1"]
+    assert all(same(a, b) for a, b in zip(*outs))
+    assert json.loads((tmp_path / "avx2" / "manifest.json").read_text())["versions"]["cpu_kernels"].startswith(
+        "ATEN_CPU_CAPABILITY=default")
 
 
 # --------------------------------------------------------------------------- plan and validation

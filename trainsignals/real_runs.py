@@ -121,7 +121,16 @@ bench --suite real`` scores it. The ``difficulty`` field holds the model family.
 adds the command, the torch/Python/NumPy versions, the text corpus' SHA-256, every run's
 configuration and check, and the dropped runs. A run is reproducible given the seed, the torch
 version and the Python version (the text corpus comes from the standard library):
-``torch.manual_seed``, ``torch.use_deterministic_algorithms(True)``, one thread.
+``torch.manual_seed``, ``torch.use_deterministic_algorithms(True)``, one thread, and the same
+CPU kernels on every x86-64 machine. torch picks its kernels by the CPU's vector extensions
+(AVX2, AVX-512, ...), and so do MKL (matrix products) and oneDNN (convolutions); their sums
+round differently, training drifts apart in the last bits, and borderline label checks flip
+(the suite built on an AVX-512 machine and rebuilt on another CPU type kept 262 runs instead
+of 261, three with another label). :func:`build` therefore trains in worker processes started
+with :data:`CPU_KERNELS` in their environment (torch's portable kernels, MKL's conditional
+numerical reproducibility mode) and with oneDNN off (:func:`train_with_info` turns it off for
+its run). To reproduce a run in your own process, set :data:`CPU_KERNELS` in the environment
+before importing torch.
 
 Command::
 
@@ -149,6 +158,13 @@ from typing import Any
 import numpy as np
 
 from .curves import HEALTHY, Curve, write_suite
+
+#: Environment that pins the CPU kernels of :func:`build`'s workers, so that a run gives the same
+#: values on every x86-64 CPU: ``ATEN_CPU_CAPABILITY=default`` (torch's portable kernels rather
+#: than those for the CPU's AVX2 or AVX-512) and ``MKL_CBWR=COMPATIBLE,STRICT`` (MKL's
+#: conditional numerical reproducibility: the same code path on every CPU, results independent
+#: of memory alignment). Both are read when torch loads.
+CPU_KERNELS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE,STRICT"}
 
 __all__ = [
     "FAMILIES",
@@ -698,7 +714,9 @@ def train(spec: RunSpec) -> Curve:
     """Train one run as ``spec`` says and return what the adapter recorded, labeled as intended.
 
     The label (``spec.kind``, ``spec.onset``) is not checked here: see :func:`label_run`.
-    Deterministic given ``spec``, the torch version and the Python version.
+    Deterministic given ``spec``, the torch version, the Python version and the CPU kernels
+    (:data:`CPU_KERNELS`: :func:`build` pins them; in your own process, set them in the
+    environment before importing torch to get the suite's values on any x86-64 CPU).
     """
     return train_with_info(spec)[0]
 
@@ -707,11 +725,20 @@ def train_with_info(spec: RunSpec) -> tuple[Curve, dict[str, Any]]:
     """:func:`train`, and what was decided during the run (the edge-of-stability multiplier)."""
     import torch
 
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    was = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False  # type: ignore[assignment]  # oneDNN picks its code by the CPU (see CPU_KERNELS)
+    try:
+        return _train(spec, torch)
+    finally:
+        torch.backends.mkldnn.enabled = was
+
+
+def _train(spec: RunSpec, torch: Any) -> tuple[Curve, dict[str, Any]]:
     import trainsignals as ts
     from trainsignals.adapters.torch import TorchWatcher
 
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
     torch.manual_seed(spec.seed)
     data = _Data(spec, torch)
     model = _model(spec, data.n_classes, torch)
@@ -1291,21 +1318,22 @@ def _versions() -> dict[str, str]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "corpus_sha256": hashlib.sha256(corpus().encode()).hexdigest(),
+        "cpu_kernels": " ".join(f"{k}={v}" for k, v in CPU_KERNELS.items()) + ", oneDNN off",
     }
 
 
 def _map(specs: Sequence[RunSpec], jobs: int, progress: Callable[[int, int, dict[str, Any]], None] | None
          ) -> list[dict[str, Any]]:
-    results: list[dict[str, Any] | None] = [None] * len(specs)
-    if jobs <= 1:
-        for i, s in enumerate(specs):
-            results[i] = run(s)
-            if progress:
-                progress(i + 1, len(specs), results[i])  # type: ignore[arg-type]
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+    """:func:`run` over ``specs`` in ``jobs`` fresh worker processes whose environment holds
+    :data:`CPU_KERNELS` (a fresh process: the kernels are chosen when torch loads)."""
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    results: list[dict[str, Any] | None] = [None] * len(specs)
+    saved = {k: os.environ.get(k) for k in CPU_KERNELS}
+    os.environ.update(CPU_KERNELS)   # spawned workers inherit the environment as it is when they start
+    try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
             futures = {pool.submit(run, s): i for i, s in enumerate(specs)}
             done = 0
@@ -1315,6 +1343,12 @@ def _map(specs: Sequence[RunSpec], jobs: int, progress: Callable[[int, int, dict
                 done += 1
                 if progress:
                     progress(done, len(specs), results[i])  # type: ignore[arg-type]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return [r for r in results if r is not None]
 
 

@@ -76,7 +76,9 @@ class TrainValGap(Detector):
     degrees of freedom)`` and cached, so a validation costs O(1).
 
     ``onset_step`` and :attr:`best_step` are the step of the best validation: the checkpoint
-    to restore. Fires once per new best.
+    to restore. Fires once per new best, and again after a validation has come back within the
+    earlier wobble of the best (the rise the alarm reported was taken back: a run that overfits
+    again later, without ever beating that best, is reported again).
 
     Args:
         patience: validations without improvement, >= 2.
@@ -245,7 +247,11 @@ class TrainValGap(Detector):
             self._peak = v
         elif self._peak - v > self._fall:
             self._fall = self._peak - v
-        if self._fired or self._bad < self.patience or v - self._best < self._lr:
+        if self._fired:
+            if v - self._best <= self._wobble:  # the rise it reported was taken back: a new one may alarm
+                self._fired = False
+            return None
+        if self._bad < self.patience or v - self._best < self._lr:
             return None
         tr = self._train
         if tr is None or self._best_train is None or tr > self._best_train - self._tf:
