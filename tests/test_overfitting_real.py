@@ -242,3 +242,15 @@ def test_streaming_rearms_like_the_scan():
     assert [(e.step, e.onset_step, e.message) for e in ea] == [(e.step, e.onset_step, e.message) for e in eb]
     assert len(ea) == 2
     assert close_state(a.state_dict(), b.state_dict())
+
+
+def test_a_climb_inside_a_wide_earlier_wobble_is_reported_once():
+    # the memorisation climb fires inside the wobble (a 58 % meander before the best); the
+    # validation loss then keeps creeping up: one alarm, not one every other evaluation
+    steps = np.arange(1001)
+    train = np.where(steps < 300, 1.0 - steps / 600, 0.5 * 10 ** (-(steps - 300) / 150))
+    vs = np.arange(1, 21) * 50
+    val = np.array([0.56, 0.40, 0.275, 0.434, 0.404, 0.252] + [0.252 * (1.16 + 0.006 * k) for k in range(14)])
+    val[6:9] = 0.252 * np.array([1.08, 1.13, 1.16])
+    evs = [e for e in TrainValGap().scan(train, (vs, val)) if e.kind == Kind.OVERFITTING]
+    assert len(evs) == 1 and evs[0].onset_step == 300, [e.step for e in evs]

@@ -76,9 +76,11 @@ class TrainValGap(Detector):
     degrees of freedom)`` and cached, so a validation costs O(1).
 
     ``onset_step`` and :attr:`best_step` are the step of the best validation: the checkpoint
-    to restore. Fires once per new best, and again after a validation has come back within the
-    earlier wobble of the best (the rise the alarm reported was taken back: a run that overfits
-    again later, without ever beating that best, is reported again).
+    to restore. Fires once per new best, and again after a validation has come back at least
+    halfway (in log space) from the rise the alarm reported towards the best: that rise was
+    taken back, and a run that overfits again later, without ever beating that best, is
+    reported again. A validation loss that keeps climbing, or holds its new level, is reported
+    once.
 
     Args:
         patience: validations without improvement, >= 2.
@@ -181,7 +183,7 @@ class TrainValGap(Detector):
         self._best_step = -1
         self._best_train: float | None = None
         self._bad = 0
-        self._fired = False
+        self._fired: float | None = None  # the log rise above the best that alarmed (None: armed)
         self._since: list[float] = []
         self._hist: list[float] = []  # the latest wobble_window log validation losses
         self._wobble = 0.0  # the largest rise among them, taken at the best
@@ -233,7 +235,7 @@ class TrainValGap(Detector):
             self._best_step = step
             self._best_train = self._train
             self._bad = 0
-            self._fired = False
+            self._fired = None
             self._since = [v]
             self._peak = v
             self._fall = 0.0
@@ -247,9 +249,9 @@ class TrainValGap(Detector):
             self._peak = v
         elif self._peak - v > self._fall:
             self._fall = self._peak - v
-        if self._fired:
-            if v - self._best <= self._wobble:  # the rise it reported was taken back: a new one may alarm
-                self._fired = False
+        if self._fired is not None:
+            if v - self._best <= 0.5 * self._fired:  # half the rise it reported taken back: a new one may alarm
+                self._fired = None
             return None
         if self._bad < self.patience or v - self._best < self._lr:
             return None
@@ -268,7 +270,7 @@ class TrainValGap(Detector):
                    f"{-math.expm1(tr - self._run_train) * 100:.3g}% over them (memorising)")
         else:
             return None
-        self._fired = True
+        self._fired = v - self._best
         rise = math.expm1(v - self._best) * 100
         fall = -math.expm1(tr - self._best_train) * 100
         msg = (f"val_loss {val:.4g} is {rise:.2g}% above its best {math.exp(self._best):.4g} "
