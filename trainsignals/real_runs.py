@@ -125,7 +125,7 @@ version and the Python version (the text corpus comes from the standard library)
 CPU kernels on every x86-64 machine. torch picks its kernels by the CPU's vector extensions
 (AVX2, AVX-512, ...), and so do MKL (matrix products) and oneDNN (convolutions); their sums
 round differently, training drifts apart in the last bits, and borderline label checks flip
-(the suite built on an AVX-512 machine and rebuilt on another CPU type kept 262 runs instead
+(the suite committed before this was pinned, rebuilt on another machine, kept 262 runs instead
 of 261, three with another label). :func:`build` therefore trains in worker processes started
 with :data:`CPU_KERNELS` in their environment (torch's portable kernels, MKL's conditional
 numerical reproducibility mode) and with oneDNN off (:func:`train_with_info` turns it off for
