@@ -230,7 +230,7 @@ class Oscillation(TripleDetector):
       restart to its peak) keeps ``shift``: the loss band after it is often just the band the
       run had at that rate, wider than the quiet end of the previous cycle.
 
-    The second path is examined every 8th value while *armed*: for ``4 * window - 3 * window //
+    The second path is examined every 4th value while *armed*: for ``4 * window - 3 * window //
     2`` values (80 at the default window) after a value at which the local swing ``v`` of the
     loss exceeds ``shift_ratio`` times its baseline ``b``, and so does the grad norm's when it
     is known (both swing at once), or at which the learning rate is ``lr_rise`` times the last
@@ -537,9 +537,9 @@ class Oscillation(TripleDetector):
                            + (f", and {100 * fg:.0f}% of the grad norms" if fg > 0 else "") + ": sawtooth")
                     return make_event(Kind.OSCILLATION, "warning", step, self._ss[-w], type(self).__name__,
                                       self.signal, fl, self.frac, msg)
-            if self._cooldown_left >= 0 or n & 7:
+            if self._cooldown_left >= 0 or n & 3:
                 return None
-        elif not cl or n & 7:  # the second path: every 8th value while armed
+        elif not cl or n & 3:  # the second path: every 4th value while armed
             return None
         rl, rg, rlr = _shift_test(self._ys, self._gs, 3 * self.window // 2, self.efficiency, self._ls)
         if not self._fires(rl, rg, rlr, self._lr_only, self._lr_new):
@@ -627,7 +627,7 @@ class Oscillation(TripleDetector):
         w = self.window
         w2, w4 = 3 * w // 2, 4 * w
         # the second path's watch: value indices n0 .. until0 carried in, then a + w4 - w2 after
-        # each arming index a; merged into stretches, examined at the multiples of 8 they cover
+        # each arming index a; merged into stretches, examined at the multiples of 4 they cover
         watch = w4 - w2
         n0, end = self._n, self._n + lim - 1
         until0 = n0 - self._cooldown_left - 1
@@ -638,7 +638,7 @@ class Oscillation(TripleDetector):
                 stretches[-1] = (stretches[-1][0], max(stretches[-1][1], a + watch))
             else:
                 stretches.append((a, a + watch))
-        es = np.array([e - n0 for lo, hi in stretches for e in range(-(-lo // 8) * 8, min(hi, end) + 1, 8)],
+        es = np.array([e - n0 for lo, hi in stretches for e in range(-(-lo // 4) * 4, min(hi, end) + 1, 4)],
                       dtype=np.int64)
         # whether each examined value's watch was armed by a learning-rate jump alone
         lr_armed = bool(len(jumps)) or self._lr_only
