@@ -126,7 +126,7 @@ CPU kernels on every x86-64 machine. torch picks its kernels by the CPU's vector
 (AVX2, AVX-512, ...), and so do MKL (matrix products) and oneDNN (convolutions); their sums
 round differently, training drifts apart in the last bits, and borderline label checks flip
 (the suite committed before this was pinned, rebuilt on another machine, kept 262 runs instead
-of 261, three with another label). :func:`build` therefore trains in worker processes started
+of 261: a run dropped before was kept with another label, and one more changed its label). :func:`build` therefore trains in worker processes started
 with :data:`CPU_KERNELS` in their environment (torch's portable kernels, MKL's conditional
 numerical reproducibility mode) and with oneDNN off (:func:`train_with_info` turns it off for
 its run). To reproduce a run in your own process, set :data:`CPU_KERNELS` in the environment
