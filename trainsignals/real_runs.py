@@ -130,7 +130,8 @@ of 261: a run dropped before was kept with another label, and one more changed i
 with :data:`CPU_KERNELS` in their environment (torch's portable kernels, MKL's conditional
 numerical reproducibility mode) and with oneDNN off (:func:`train_with_info` turns it off for
 its run). To reproduce a run in your own process, set :data:`CPU_KERNELS` in the environment
-before importing torch.
+before importing torch (not in a process that also uses ``torch.compile``: with
+``ATEN_CPU_CAPABILITY=default`` inductor's generated C++ failed to compile here).
 
 Command::
 
