@@ -33,7 +33,8 @@ from trainsignals.detectors import Oscillation
 from trainsignals.detectors.oscillation import _shift_test
 from trainsignals.real_runs import _oscillation_stats
 
-W2, W4 = 48, 128
+DET = Oscillation()
+W2, W4 = 3 * DET.window // 2, 4 * DET.window  # the second path's windows
 
 
 def ratios(c, lo: int = 2 * W4, hi: int | None = None):
@@ -46,7 +47,8 @@ def ratios(c, lo: int = 2 * W4, hi: int | None = None):
     for t in range(max(lo, W4), n if hi is None else min(hi, n), 2):
         ys = y[t - W4 + 1:t + 1]
         if np.isfinite(ys).all():
-            yield (t, *_shift_test(ys.tolist(), g[t - W4 + 1:t + 1].tolist(), W2, 0.5, lr[t - W4 + 1:t + 1].tolist()))
+            yield (t, *_shift_test(ys.tolist(), g[t - W4 + 1:t + 1].tolist(), W2, DET.efficiency,
+                                        lr[t - W4 + 1:t + 1].tolist()))
 
 
 def new_ground(lr: np.ndarray | None, upto: int, rise: float) -> bool:
@@ -62,7 +64,7 @@ def new_ground(lr: np.ndarray | None, upto: int, rise: float) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    det = Oscillation()
+    det = DET
     for name in argv or ["real"]:
         suite = load_suite("datasets/real" if name == "real" else name)
         best_g: tuple[float, str] = (0.0, "-")

@@ -225,8 +225,8 @@ def twice_run(seed: int, comes_back: bool = True):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_an_overfit_taken_back_then_resumed_is_reported_again(seed):
-    # once the validation loss comes back within its earlier wobble of the best, the first
-    # alarm's rise was taken back: the second climb, which never beats that best, is news
+    # once the validation loss comes back at least halfway from the rise the first alarm
+    # reported, that rise was taken back: the second climb, which never beats the best, is news
     steps = [e.step for e in TrainValGap().scan(*twice_run(seed)) if e.kind == Kind.OVERFITTING]
     assert len(steps) == 2 and 500 < steps[0] <= 800 and 1100 < steps[1] <= 1500, steps
     stays = [e.step for e in TrainValGap().scan(*twice_run(seed, comes_back=False)) if e.kind == Kind.OVERFITTING]

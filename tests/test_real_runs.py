@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -126,22 +125,19 @@ def test_build_writes_a_suite_that_load_suite_reads(torch: Any, tmp_path: Path) 
     assert entry["check"]["passed"] and entry["family"] == "mlp" and entry["config"]["fault"]["lr_mult"] == 100.0
 
 
-def test_build_gives_the_same_values_whatever_kernels_the_cpu_would_pick(torch: Any, tmp_path: Path) -> None:
+def test_build_gives_the_same_values_whatever_kernels_the_cpu_would_pick(torch: Any, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # torch and MKL choose their kernels by the CPU's vector extensions; a build started where
     # they would pick AVX2 code must write the values of one where they would pick AVX-512
     # (without build's pinned kernels the two differ in the last bits, and labels can flip)
     specs = [spec(name="healthy-mlp-0", steps=250),
              spec(name="healthy-cnn-1", family="cnn", arch={"channels": [8, 16], "hidden": 32, "activation": "relu"},
                   steps=250)]
-    code = ("import sys; from trainsignals.real_runs import build; "
-            "build(sys.argv[1], seed=7, jobs=1, specs=__import__('pickle').loads(bytes.fromhex(sys.argv[2])))")
-    import pickle
-
     outs = []
     for cap, cbwr in (("avx2", "AVX2"), ("avx512", "AVX512")):
-        env = {**os.environ, "ATEN_CPU_CAPABILITY": cap, "MKL_CBWR": cbwr}
-        subprocess.run([sys.executable, "-c", code, str(tmp_path / cap), pickle.dumps(specs).hex()],
-                       env=env, check=True, capture_output=True)
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", cap)   # what build's fresh workers would inherit
+        monkeypatch.setenv("MKL_CBWR", cbwr)
+        build(tmp_path / cap, seed=7, jobs=1, specs=specs)
         outs.append(load_suite(tmp_path / cap))
     assert [c.name for c in outs[0]] == [c.name for c in outs[1]] == ["healthy-mlp-0", "healthy-cnn-1"]
     assert all(same(a, b) for a, b in zip(*outs))

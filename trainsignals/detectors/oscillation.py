@@ -225,7 +225,7 @@ class Oscillation(TripleDetector):
       highest rate the run had used before, a loss swing ``lr_shift`` times as wide (2, the
       real-run suite's own definition of an oscillation, :mod:`trainsignals.real_runs`) is
       enough instead of ``shift``. ``shift``'s margin guards against a loss band that merely
-      wanders (healthy real runs reach 2.6 in this test); a step size the run never trained
+      wanders (healthy real runs reach 2.5-2.9 in this test); a step size the run never trained
       with is the cause seen directly. A jump back to a rate the run already used (a warm
       restart to its peak) keeps ``shift``: the loss band after it is often just the band the
       run had at that rate, wider than the quiet end of the previous cycle.
@@ -358,8 +358,8 @@ class Oscillation(TripleDetector):
         times as wide and the learning rate rose, or the grad norm moved (not on a watch that a
         learning-rate jump alone armed); or only ``lr_shift`` times as wide when the learning
         rate rose and its last jump took it where the run had never been (``lr_new``)."""
-        if rlr >= self._cfg_wts[2]:
-            return rl >= (self._cfg_wts[5] if lr_new else self.shift)
+        if rlr >= self.lr_rise:
+            return rl >= (self.lr_shift if lr_new else self.shift)
         return not lr_only and rl >= self.shift and rg >= self.grad_shift
 
     def _reset(self) -> None:
