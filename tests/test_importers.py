@@ -509,3 +509,118 @@ def test_tensorboard_bad_inputs(tmp_path):
         import_tensorboard(CUSTOM)
     with pytest.raises(ValueError, match="holds no TensorBoard event files"):
         import_tensorboard(DATA)
+
+
+# --------------------------------------------------------------------------------------------
+# quirks of logs found in the wild (small files under tests/data/logs/)
+
+LOGS = Path(__file__).parent / "data" / "logs"
+
+
+def test_keras_csvlogger_training_log_is_csv_indexed_by_epoch():
+    run = import_run(LOGS / "training.log")
+    assert run.tool == "csv"
+    assert run.metadata["step_column"] == "epoch" and run.metadata["step_unit"] == "epoch"
+    assert run.steps.tolist() == [0, 1, 2, 3, 4, 5]  # 0-based, as Keras writes them
+    assert same(values(run.signals["lr"]), [0.001, 0.001, 0.001, 0.00020000001, 0.00020000001, 4.0000003e-05])
+    assert set(run.signals) == {"loss", "lr", "val_loss"} and "val_accuracy" in run.extra
+    assert any("epoch" in n for n in run.notes)
+
+
+def test_ultralytics_padded_header_epoch_axis_and_no_signal_message():
+    run = import_run(LOGS / "results.csv")
+    assert run.steps.tolist() == [1, 2, 3, 4] and run.metadata["step_column"] == "epoch"
+    assert run.signals == {} and "train/box_loss" in run.extra
+    assert np.all(np.isnan(np.ma.getdata(run.extra["val/box_loss"])))  # measured NaN, not "missing"
+    assert run.extra["val/box_loss"].count() == 4
+    with pytest.raises(importers.NoSignalError) as info:
+        run.require_signals()
+    msg = str(info.value)
+    assert "train/box_loss" in msg and "metrics/mAP50(B)" in msg and "--map loss=train/box_loss" in msg
+    mapped = import_run(LOGS / "results.csv", mapping={"loss": "train/box_loss", "val_loss": "val/box_loss"})
+    mapped.require_signals()
+    assert same(values(mapped.signals["loss"]), [3.6966, 2.968, 2.712, 2.501])
+
+
+def test_suggest_mapping_prefers_training_losses():
+    assert importers.suggest_mapping(["epoch", "val_mse", "train_mse"]) == {"loss": "train_mse", "val_loss": "val_mse"}
+    assert importers.suggest_mapping(["a_loss", "mean_loss"])["loss"] == "mean_loss"
+    assert importers.suggest_mapping(["reward"]) == {"loss": "reward"}
+    assert importers.suggest_mapping([]) == {}
+
+
+def test_epoch_is_the_x_axis_only_when_one_row_per_epoch():
+    run = import_csv(LOGS / "epochs.csv")
+    assert run.steps.tolist() == [1, 2, 3] and run.metadata["step_unit"] == "epoch"
+    rep = import_csv(LOGS / "epochs_repeat.csv")  # two rows per epoch: the row order, and a note saying why
+    assert rep.metadata["step_column"] is None and rep.steps.tolist() == [0, 1, 2, 3]
+    assert "step_unit" not in rep.metadata
+    assert any("repeats in consecutive rows" in n for n in rep.notes)
+    assert import_csv(LOGS / "epochs.csv", step_column=None).steps.tolist() == [0, 1, 2]
+
+
+def test_resume_from_a_checkpoint_later_rows_win():
+    run = import_run(LOGS / "resumed.jsonl")
+    assert run.metadata["step_column"] == "current_steps"  # LLaMA-Factory's step key
+    assert run.steps.tolist() == [10, 20, 30, 40, 50]
+    assert same(values(run.signals["loss"]), [2.0, 1.8, 1.65, 1.6, 1.5])  # 9.9 at step 40 was abandoned
+    assert run.metadata["steps_went_back"] == 1 and "runs_in_file" not in run.metadata
+    assert run.metadata["conflicts"]["loss"] == 2
+    assert "elapsed_time" in run.metadata["skipped_columns"]
+    assert any("goes back 1 time" in n and "40 -> 30" in n for n in run.notes)
+
+
+def test_concatenated_runs_keep_the_last_unless_asked():
+    run = import_csv(LOGS / "two_runs.csv")
+    assert run.steps.tolist() == [0, 1, 2, 3] and same(values(run.signals["loss"]), [2.5, 2.0, 1.8, 1.7])
+    assert run.metadata["runs_in_file"] == [{"rows": [1, 3], "steps": [0, 2]}, {"rows": [4, 7], "steps": [0, 3]}]
+    assert run.metadata["run_index"] == 1 and any("holds 2 runs" in n for n in run.notes)
+    first = import_run(LOGS / "two_runs.csv", run_index=0)
+    assert first.steps.tolist() == [0, 1, 2] and same(values(first.signals["loss"]), [5.0, 4.0, 3.0])
+    assert "conflicts" not in first.metadata
+    with pytest.raises(ValueError, match="run_index 2 out of range: the file holds 2 run"):
+        import_csv(LOGS / "two_runs.csv", run_index=2)
+
+
+def test_numbers_written_as_strings():
+    run = import_run(LOGS / "strings.jsonl")
+    assert run.steps.tolist() == [1, 2, 3]
+    assert same(values(run.signals["loss"]), [2.5, 2.25, 2.0])
+    assert same(values(run.extra["throughput"]), [0.0, 12.5, 13.0])
+    assert run.metadata["skipped_columns"] == {"elapsed_time": "'1 day, 0:08:23'"}
+
+
+@pytest.mark.parametrize("name", ["nonfinite.jsonl", "nonfinite.csv"])
+def test_nonfinite_and_missing_spellings(name):
+    run = import_run(LOGS / name)
+    nan, inf = float("nan"), float("inf")
+    if name.endswith(".jsonl"):
+        assert same(values(run.signals["loss"]), [1.0, inf, nan, nan, None])
+        assert same(values(run.signals["grad_norm"]), [nan, -inf, inf, -inf, nan])
+        assert run.signals["val_loss"].count() == 0
+    else:
+        assert same(values(run.signals["loss"]), [1.0, inf, nan, None, None])
+        assert same(values(run.signals["grad_norm"]), [nan, -inf, inf, None, inf])
+
+
+def test_hf_none_values_null_step_summary_lr_key_and_grouped_evals():
+    run = import_run(LOGS / "hf_quirks")
+    assert run.tool == "hf-trainer" and run.steps.tolist() == [0, 10, 20, 30]
+    assert same(values(run.signals["loss"]), [None, 0.8, -0.0, 0.6])
+    assert math.copysign(1.0, float(run.signals["loss"][2])) == -1.0  # a signed zero stays a measured value
+    assert same(values(run.signals["grad_norm"]), [None, None, 1.5, float("nan")])
+    assert run.metadata["mapping"]["lr"] == "lr"  # custom trainers log "lr", not "learning_rate"
+    assert "val_loss" not in run.signals and same(values(run.extra["eval_g1_loss"]), [1.1, None, None, 0.75])
+    assert run.metadata["train_summary"]["train_loss"] == 0.61 and "train_loss" not in run.extra
+    assert "remaining_time" in run.metadata["skipped_columns"]
+    assert any('"step": null skipped (entry 4)' in n for n in run.notes)
+
+
+def test_sniffing_text_files(tmp_path):
+    j = tmp_path / "train.txt"
+    j.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.9}\n')
+    assert import_run(j).tool == "jsonl"
+    prose = tmp_path / "notes.log"
+    prose.write_text("epoch 1 done\nepoch 2 done, loss 0.9\n")
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        import_run(prose)

@@ -935,7 +935,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the bench as the parsed options say; the exit status."""
-    from rich.console import Console
+    from ._console import make_console
 
     result = run_bench(suite=args.suite, baselines=not getattr(args, "no_baselines", False))
     unmet = result.check_targets()
@@ -945,7 +945,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     elif args.markdown:
         sys.stdout.write(result.to_markdown())
     else:
-        console = Console()
+        console = make_console()
         console.print(result.table())
         if args.check or unmet:
             if unmet:

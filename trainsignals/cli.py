@@ -9,7 +9,8 @@ import sys
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(seed=args.seed, per_kind=args.per_kind)
+    return run_demo(seed=args.seed, per_kind=args.per_kind,
+                    output="json" if args.json else "markdown" if args.markdown else "table")
 
 
 def _playground(args: argparse.Namespace) -> int:
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="generate labeled failure curves, run the Monitor, show what it found")
     d.add_argument("--seed", type=int, default=0, help="seed of the generated curves (default 0)")
     d.add_argument("--per-kind", type=int, default=1, help="curves per failure kind (default 1)")
+    fmt = d.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the curves and totals as JSON")
+    fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     d.set_defaults(func=_demo)
 
     g = sub.add_parser("playground", help="gradient descent on (w - 3)**2 with a live status line")

@@ -37,7 +37,7 @@ tool                signal                          source names
 =================== =============================== ================================================
 ``hf-trainer``      ``loss``                        ``loss``
                     ``grad_norm``                   ``grad_norm``
-                    ``lr``                          ``learning_rate``
+                    ``lr``                          ``learning_rate``, ``lr``
                     ``val_loss``                    ``eval_loss``
 ``lightning-csv``   ``loss``                        ``train_loss_step``, ``train_loss``,
                                                     ``loss_step``, ``loss``, ``train/loss``,
@@ -108,6 +108,8 @@ import fnmatch
 import json
 import math
 import os
+import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,15 +121,18 @@ __all__ = [
     "DEFAULT_MAPPINGS",
     "DENSE_SIGNALS",
     "SIGNALS",
+    "EPOCH_ALIASES",
     "STEP_ALIASES",
     "TOOLS",
     "ImportedRun",
+    "NoSignalError",
     "import_csv",
     "import_hf_trainer_state",
     "import_jsonl",
     "import_lightning_csv",
     "import_run",
     "import_tensorboard",
+    "suggest_mapping",
 ]
 
 SIGNALS: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
@@ -138,8 +143,14 @@ TOOLS: tuple[str, ...] = ("hf-trainer", "lightning-csv", "csv", "jsonl", "tensor
 """Values of :attr:`ImportedRun.tool` and of ``import_run(tool=...)``."""
 STEP_ALIASES: tuple[str, ...] = (
     "step", "global_step", "trainer/global_step", "train/global_step", "_step", "iteration", "iter",
+    "current_steps", "total/steps",
 )
-"""Step column names tried, in order, when ``step_column`` is left at ``"step"``."""
+"""Step column names tried, in order, when ``step_column`` is left at ``"step"`` (``current_steps``:
+LLaMA-Factory's ``trainer_log.jsonl``; ``total/steps``: OpenAI-baselines-style ``progress.csv``)."""
+EPOCH_ALIASES: tuple[str, ...] = ("epoch", "epochs")
+"""Epoch column names (case-insensitive) taken as the x-axis when no step column exists and the
+column holds an integer in every row, never the same in two consecutive rows (Keras ``CSVLogger``,
+Ultralytics ``results.csv``)."""
 
 _GENERIC: dict[str, tuple[str, ...]] = {
     "loss": ("loss", "train_loss", "train/loss", "training_loss", "loss_step", "train_loss_step", "Loss/train"),
@@ -155,7 +166,7 @@ DEFAULT_MAPPINGS: dict[str, dict[str, tuple[str, ...]]] = {
     "hf-trainer": {
         "loss": ("loss",),
         "grad_norm": ("grad_norm",),
-        "lr": ("learning_rate",),
+        "lr": ("learning_rate", "lr"),
         "val_loss": ("eval_loss",),
     },
     "lightning-csv": {
@@ -181,6 +192,8 @@ DEFAULT_MAPPINGS: dict[str, dict[str, tuple[str, ...]]] = {
 
 _WILDCARD_EXCLUDE = ("*-momentum", "*-weight_decay")
 _MISSING_TOKENS = frozenset({"", "none", "null", "na", "n/a"})
+_MSVC_NONFINITE = frozenset({"1.#qnan", "-1.#qnan", "1.#ind", "-1.#ind", "1.#inf", "-1.#inf", "nan(ind)",
+                             "-nan(ind)"})  # how the MSVC runtime prints non-finite doubles
 _TB_INSTALL_HINT = "pip install trainsignals[tensorboard]"
 
 
@@ -189,6 +202,47 @@ class _NotNumber(Exception):
         super().__init__(value, row)
         self.value = value
         self.row = row
+
+
+class NoSignalError(ValueError):
+    """An imported log holds none of our signals under the names tried (see
+    :meth:`ImportedRun.require_signals`); the message says which columns it has and how to map one."""
+
+
+_NOT_LOSS_PREFIXES = ("val", "eval", "test", "valid")
+
+
+def suggest_mapping(columns: Sequence[str]) -> dict[str, str]:
+    """A guess at ``mapping`` for columns none of whose names we know: the training loss (the
+    first column naming a loss, preferring ``train``, not ``val``/``eval``/``test``) and the
+    validation loss (the first ``val``/``eval`` column naming a loss, in the same family).
+
+    Args:
+        columns: Numeric column (or tag) names, in file order.
+
+    Returns:
+        ``{"loss": ..., "val_loss": ...}`` with the entries found; ``{"loss": <first column>}``
+        when no name mentions a loss (the user still has to look); empty for no columns.
+    """
+    def bare(c: str) -> str:
+        return c.lower().replace(" ", "_")
+
+    lossy = [c for c in columns if "loss" in bare(c) or "mse" in bare(c)]
+    train = [c for c in lossy if not bare(c).startswith(_NOT_LOSS_PREFIXES)]
+    train.sort(key=lambda c: ("train" not in bare(c), "total" not in bare(c) and "mean" not in bare(c)))
+    out: dict[str, str] = {}
+    if train:
+        out["loss"] = train[0]
+    val = [c for c in lossy if bare(c).startswith(("val", "eval", "valid"))]
+    if val:
+        stem = out.get("loss", "").lower().split("/")[-1].replace("train_", "")
+        val.sort(key=lambda c: stem not in c.lower())
+        out["val_loss"] = val[0]
+    if not out:
+        cands = [c for c in columns if bare(c) not in EPOCH_ALIASES]
+        if cands:
+            out["loss"] = cands[0]
+    return out
 
 
 @dataclass(eq=False)
@@ -239,6 +293,42 @@ class ImportedRun:
             kw["val_loss"] = (self.steps[measured].copy(), np.ma.getdata(val)[measured].copy())
         return kw
 
+    @property
+    def notes(self) -> list[str]:
+        """What a person should know about how the log was read (``metadata["notes"]``): the
+        x-axis used when there is no step column, steps that go back, several runs in one file,
+        no signal found. Empty when nothing unusual happened."""
+        return list(self.metadata.get("notes", []))
+
+    def measured_signals(self) -> list[str]:
+        """Our signals with at least one measured value, in :data:`SIGNALS` order."""
+        return [k for k, v in self.signals.items() if v.count() > 0]
+
+    def no_signal_message(self) -> str:
+        """Why the run has nothing to replay: the numeric columns found and how to map one."""
+        found = [k for k, v in self.extra.items() if v.count() > 0]
+        step = self.metadata.get("step_column")
+        what = "tag" if self.tool == "tensorboard" else "column"
+        if not found:
+            return (f"{self.source}: no numeric {what} besides the step"
+                    f"{f' ({step!r})' if step else ''}: nothing to replay")
+        shown = ", ".join(map(repr, found[:60])) + (f", ... ({len(found)} in all)" if len(found) > 60 else "")
+        hint = suggest_mapping(found)
+        cli = " ".join(shlex.quote(f"{k}={v}") for k, v in hint.items())
+        return (f"{self.source}: none of our signals ({', '.join(SIGNALS)}) found under the names {self.tool} "
+                f"logs usually use; numeric {what}s found: {shown}. Say which {what} is which, e.g. "
+                f"--map {cli} (Python: mapping={hint!r})")
+
+    def require_signals(self) -> None:
+        """Check that the run has something to replay.
+
+        Raises:
+            NoSignalError: none of our signals has a measured value; the message lists the
+                numeric columns found and suggests a mapping.
+        """
+        if not self.measured_signals():
+            raise NoSignalError(self.no_signal_message())
+
     def to_arrow(self) -> Any:
         """The run as a ``pyarrow.Table``: ``step``, the signals, then the extras.
 
@@ -283,6 +373,10 @@ def _cell_to_float(v: Any) -> float | None:
         try:
             return float(s)
         except ValueError:
+            low = s.lower()
+            if low in _MSVC_NONFINITE:
+                return -math.inf if low.startswith("-") and "inf" in low else (
+                    math.inf if "inf" in low else math.nan)
             raise _NotNumber(v) from None
     raise _NotNumber(v)
 
@@ -381,10 +475,54 @@ def _find_step_column(source: str, columns: Sequence[str], step_column: str | No
     return next((a for a in STEP_ALIASES if a in columns), None)
 
 
+def _epoch_column(source: str, columns: dict[str, list[tuple[int, Any]]], n_rows: int) -> tuple[str | None, str]:
+    """The epoch column to use as the x-axis, or None and why not (for the note)."""
+    name = next((c for a in EPOCH_ALIASES for c in columns if c.lower() == a), None)
+    if name is None:
+        return None, ""
+    cells = dict(columns[name])
+    vals: list[int] = []
+    for i in range(n_rows):
+        try:
+            v = _as_step(cells.get(i))
+        except _NotNumber:
+            return None, f"column {name!r} is not an integer in every row"
+        if v is None:
+            return None, f"column {name!r} is empty in some rows"
+        if vals and v == vals[-1]:
+            return None, f"column {name!r} repeats in consecutive rows (several rows per epoch)"
+        vals.append(v)
+    return name, ""
+
+
+def _split_runs(row_steps: np.ndarray) -> tuple[list[int], list[int]]:
+    """Rows where a new run starts (the step goes back to or below the first step of the run so
+    far, which logged two steps or more) and rows where the step goes back less far (a resume from
+    a checkpoint, a second writer, rows out of order)."""
+    starts = [0]
+    resumes: list[int] = []
+    for i in (np.flatnonzero(row_steps[1:] < row_steps[:-1]) + 1).tolist():
+        run = row_steps[starts[-1]:i]
+        if row_steps[i] <= run[0] and bool(np.any(run != run[0])):
+            starts.append(i)
+        else:
+            resumes.append(i)
+    return starts, resumes
+
+
 def _build(source: str, tool: str, what: str, row_label: str, n_rows: int, columns: dict[str, list[tuple[int, Any]]],
            step_col: str | None, defaults: Mapping[str, Sequence[str]], mapping: dict[str, str | None],
-           metadata: dict) -> ImportedRun:
-    """Raw row-oriented cells -> an ImportedRun (steps from ``step_col`` or the row order)."""
+           metadata: dict, *, epoch_fallback: bool = False, run_index: int = -1) -> ImportedRun:
+    """Raw row-oriented cells -> an ImportedRun (steps from ``step_col``, the epoch or the row order)."""
+    notes: list[str] = metadata.setdefault("notes", [])
+    if step_col is None and epoch_fallback:
+        step_col, why_not = _epoch_column(source, columns, n_rows)
+        if step_col is not None:
+            metadata["step_unit"] = "epoch"
+            notes.append(f"no step column: the x-axis is the epoch column {step_col!r}")
+        elif n_rows:
+            notes.append("no step column: the row order is the step (0, 1, 2, ...)"
+                         + (f"; the epoch is not used because {why_not}" if why_not else ""))
     if step_col is None:
         row_steps = np.arange(n_rows, dtype=np.int64)
     else:
@@ -400,6 +538,34 @@ def _build(source: str, tool: str, what: str, row_label: str, n_rows: int, colum
                 raise ValueError(f"{source}: {row_label} {i + 1} has no step in {step_col!r} "
                                  "(step_column=None: use the row order)")
             row_steps[i] = s
+    keep: np.ndarray | None = None
+    if n_rows:
+        starts, resumes = _split_runs(row_steps)
+        bounds = [*starts, n_rows]
+        runs = [{"rows": [a + 1, b], "steps": [int(row_steps[a:b].min()), int(row_steps[a:b].max())]}
+                for a, b in zip(bounds[:-1], bounds[1:])]
+        if not isinstance(run_index, int) or not -len(runs) <= run_index < len(runs):
+            raise ValueError(f"{source}: run_index {run_index!r} out of range: the file holds {len(runs)} run(s)")
+        k = run_index % len(runs)
+        a, b = bounds[k], bounds[k + 1]
+        if len(runs) > 1:
+            keep = np.zeros(n_rows, dtype=bool)
+            keep[a:b] = True
+            metadata["runs_in_file"] = runs
+            metadata["run_index"] = k
+            restarts = ", ".join(f"{row_label} {i + 1} (step {row_steps[i - 1]} -> {row_steps[i]})" for i in starts[1:4])
+            notes.append(f"the file holds {len(runs)} runs: the step restarts at {restarts}"
+                         f"{', ...' if len(starts) > 4 else ''}; imported run {k} ({row_label}s {a + 1}-{b}, "
+                         f"steps {runs[k]['steps'][0]}..{runs[k]['steps'][1]}); choose another with "
+                         f"run_index=0..{len(runs) - 1} (CLI: --run-index)")
+        back = [i for i in resumes if a <= i < b]
+        if back:
+            i = back[0]
+            metadata["steps_went_back"] = len(back)
+            notes.append(f"the step goes back {len(back)} time(s) (first at {row_label} {i + 1}: "
+                         f"{row_steps[i - 1]} -> {row_steps[i]}), as when a run resumes from a checkpoint or "
+                         "two processes write the same log: rows sharing a step are merged and the later row "
+                         "wins")
     names = [c for c in columns if c != step_col]
     if step_col is not None and step_col in mapping.values():
         raise ValueError(f"{source}: {what} {step_col!r} is the step; it cannot be mapped to a signal")
@@ -419,11 +585,19 @@ def _build(source: str, tool: str, what: str, row_label: str, n_rows: int, colum
                                  f"{what} or to None") from None
             skipped[c] = repr(value)
             continue
+        if keep is not None:
+            sel = keep[rows]
+            rows, vals = rows[sel], vals[sel]
         parsed[c] = (row_steps[rows], vals)
     metadata.update(mapping=dict(chosen), step_column=step_col)
     if skipped:
         metadata["skipped_columns"] = skipped
-    return _align(source, tool, row_steps, parsed, chosen, metadata)
+    run = _align(source, tool, row_steps if keep is None else row_steps[keep], parsed, chosen, metadata)
+    if n_rows and not run.measured_signals():
+        notes.append(run.no_signal_message())
+    if not notes:
+        del metadata["notes"]
+    return run
 
 
 def _align(source: str, tool: str, all_steps: np.ndarray, parsed: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -471,6 +645,23 @@ def _path(path: str | os.PathLike[str]) -> Path:
 
 # --------------------------------------------------------------------------------------------
 # JSON records (HF Trainer log_history, JSONL)
+
+
+_BARE_NONFINITE = re.compile(r"(?<=[:,\[])(\s*)([-+]?)(nan|inf|infinity)(?=\s*[,}\]])", re.IGNORECASE)
+
+
+def _json_loads(text: str) -> Any:
+    """``json.loads``, and on failure once more with bare ``nan`` / ``inf`` / ``-inf`` values
+    (any case; written by hand-rolled loggers, not valid JSON) read as NaN / Infinity."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        fixed = _BARE_NONFINITE.sub(
+            lambda m: m.group(1) + ("NaN" if m.group(3).lower() == "nan" else
+                                    ("-" if m.group(2) == "-" else "") + "Infinity"), text)
+        if fixed == text:
+            raise
+        return json.loads(fixed)
 
 
 def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -541,7 +732,7 @@ def import_hf_trainer_state(path: str | os.PathLike[str],
     expected = "a Hugging Face trainer_state.json (a JSON object with a 'log_history' list)"
     text = _read_text(p, expected)
     try:
-        state = json.loads(text)
+        state = _json_loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source} is not valid JSON ({exc}); expected {expected}") from None
     if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
@@ -549,18 +740,26 @@ def import_hf_trainer_state(path: str | os.PathLike[str],
     mp = _check_mapping(source, mapping)
     entries: list[Mapping[str, Any]] = []
     summary: dict[str, Any] = {}
+    no_step: list[int] = []
     for i, e in enumerate(state["log_history"]):
         if not isinstance(e, dict):
             raise ValueError(f"{source}: log_history entry {i + 1} is not an object: {e!r}")
         if "step" not in e:
             raise ValueError(f"{source}: log_history entry {i + 1} has no 'step': {e!r}")
+        if e["step"] is None:
+            no_step.append(i + 1)
+            continue
         if "train_runtime" in e:
             summary.update(e)
         else:
             entries.append(e)
-    metadata = {k: v for k, v in state.items() if k != "log_history"}
+    metadata: dict[str, Any] = {k: v for k, v in state.items() if k != "log_history"}
     if summary:
         metadata["train_summary"] = summary
+    if no_step:
+        metadata["notes"] = [f"{len(no_step)} log_history entr{'y' if len(no_step) == 1 else 'ies'} with "
+                             f"\"step\": null skipped (entry {', '.join(map(str, no_step[:5]))}"
+                             f"{', ...' if len(no_step) > 5 else ''}): a value cannot be placed without its step"]
     columns = _records_columns(entries)
     if not entries:
         columns["step"] = []
@@ -586,7 +785,7 @@ def _load_json_records(p: Path, source: str) -> list[Mapping[str, Any]]:
     stripped = text.lstrip()
     if stripped.startswith("["):  # a JSON array of objects is accepted too
         try:
-            data = json.loads(text)
+            data = _json_loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{source} is not valid JSON ({exc}); expected {expected} "
                              "or a JSON array of objects") from None
@@ -599,7 +798,7 @@ def _load_json_records(p: Path, source: str) -> list[Mapping[str, Any]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = _json_loads(line)
         except json.JSONDecodeError as exc:
             if not records:
                 _refuse_single_object(text, source, expected)
@@ -613,7 +812,7 @@ def _load_json_records(p: Path, source: str) -> list[Mapping[str, Any]]:
 
 
 def import_jsonl(path: str | os.PathLike[str], mapping: Mapping[str, str | None] | None = None,
-                 step_column: str | None = "step") -> ImportedRun:
+                 step_column: str | None = "step", run_index: int = -1) -> ImportedRun:
     """Read JSON Lines: one JSON object per line (blank lines skipped), e.g. a custom logger's
     ``metrics.jsonl``. A file holding one JSON array of objects is read the same way.
 
@@ -660,7 +859,8 @@ def import_jsonl(path: str | os.PathLike[str], mapping: Mapping[str, str | None]
     columns = _records_columns(records)
     step_col = _find_step_column(source, list(columns), step_column)
     return _build(source, "jsonl", "key", "record", len(records), columns, step_col,
-                  DEFAULT_MAPPINGS["jsonl"], mp, {"rows": len(records)})
+                  DEFAULT_MAPPINGS["jsonl"], mp, {"rows": len(records)}, epoch_fallback=step_column == "step",
+                  run_index=run_index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -698,7 +898,7 @@ def _csv_columns(header: list[str], body: list[list[str]]) -> dict[str, list[tup
 
 
 def _import_csv_like(path: str | os.PathLike[str], tool: str, mapping: Mapping[str, str | None] | None,
-                     step_column: str | None, expected: str) -> ImportedRun:
+                     step_column: str | None, expected: str, run_index: int = -1) -> ImportedRun:
     p = _path(path)
     source = str(p)
     header, body = _read_csv(p, source, expected)
@@ -706,14 +906,14 @@ def _import_csv_like(path: str | os.PathLike[str], tool: str, mapping: Mapping[s
     columns = _csv_columns(header, body)
     step_col = _find_step_column(source, header, step_column)
     run = _build(source, tool, "column", "data row", len(body), columns, step_col, DEFAULT_MAPPINGS[tool], mp,
-                 {"rows": len(body), "columns": header})
+                 {"rows": len(body), "columns": header}, epoch_fallback=step_column == "step", run_index=run_index)
     if not run.signals and not run.extra:
         raise ValueError(f"{source} has no numeric columns besides the step; expected {expected}")
     return run
 
 
 def import_csv(path: str | os.PathLike[str], mapping: Mapping[str, str | None] | None = None,
-               step_column: str | None = "step") -> ImportedRun:
+               step_column: str | None = "step", run_index: int = -1) -> ImportedRun:
     """Read a CSV file with a header row, one row per logged step (or per logging call).
 
     An empty cell (or ``none``, ``null``, ``na``, ``n/a``) is not measured; ``nan``, ``inf``,
@@ -754,11 +954,12 @@ def import_csv(path: str | os.PathLike[str], mapping: Mapping[str, str | None] |
             step, a non-integer step, a mapped column that is absent or not numeric, or an
             unknown mapping target.
     """
-    return _import_csv_like(path, "csv", mapping, step_column, "a CSV file with a header row and numeric columns")
+    return _import_csv_like(path, "csv", mapping, step_column, "a CSV file with a header row and numeric columns",
+                            run_index)
 
 
 def import_lightning_csv(path: str | os.PathLike[str],
-                         mapping: Mapping[str, str | None] | None = None) -> ImportedRun:
+                         mapping: Mapping[str, str | None] | None = None, run_index: int = -1) -> ImportedRun:
     """Read a PyTorch Lightning ``CSVLogger`` ``metrics.csv`` (``<save_dir>/<name>/version_N/``).
 
     Lightning writes one row per logging call with the columns sorted by name: training rows
@@ -801,7 +1002,8 @@ def import_lightning_csv(path: str | os.PathLike[str],
         if not p.exists():
             raise FileNotFoundError(f"no metrics.csv in {p.parent}")
     return _import_csv_like(p, "lightning-csv", mapping, "step",
-                            "a Lightning CSVLogger metrics.csv (a header row with 'step' and metric columns)")
+                            "a Lightning CSVLogger metrics.csv (a header row with 'step' and metric columns)",
+                            run_index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -923,7 +1125,10 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
     }
     if other:
         metadata["other_tags"] = other
-    return _align(source, "tensorboard", all_steps, parsed, chosen, metadata)
+    run = _align(source, "tensorboard", all_steps, parsed, chosen, metadata)
+    if parsed and not run.measured_signals():
+        metadata["notes"] = [run.no_signal_message()]
+    return run
 
 
 # --------------------------------------------------------------------------------------------
@@ -953,6 +1158,53 @@ def _csv_header(p: Path) -> list[str]:
         return []
 
 
+def _sniff(p: Path) -> str | None:
+    """A file not named like any format: CSV with a header (Keras ``CSVLogger`` writes
+    ``training.log``), or JSON Lines, told from its first lines; None when it is neither."""
+    try:
+        with p.open("rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return None
+    if b"\x00" in head:
+        return None
+    try:
+        text = head.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    lines = [ln for ln in text.splitlines() if ln.strip()][:6]
+    if len(head) == 65536 and len(lines) > 1:
+        lines = lines[:-1]  # the last line may be cut
+    if len(lines) < 2:
+        return None
+    if lines[0].lstrip().startswith("{"):
+        try:
+            return "jsonl" if isinstance(_json_loads(lines[0]), dict) else None
+        except json.JSONDecodeError:
+            return None
+    try:
+        rows = list(csv.reader(lines))
+    except csv.Error:
+        return None
+    header = [h.strip() for h in rows[0]]
+    if len(header) < 2 or any(not h for h in header) or any(_is_number(h) for h in header):
+        return None
+    body = rows[1:]
+    if any(len(r) != len(header) for r in body):
+        return None
+    if not all(any(_is_number(c) for c in r) for r in body):
+        return None
+    return "lightning-csv" if _looks_lightning(header, p.name.lower()) else "csv"
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.strip())
+    except ValueError:
+        return False
+    return True
+
+
 def _detect(p: Path) -> str:
     if p.is_dir():
         if any(_is_event_file(f) for f in p.rglob("*")):
@@ -973,6 +1225,10 @@ def _detect(p: Path) -> str:
         return "lightning-csv" if _looks_lightning(_csv_header(p), name) else "csv"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
+    if suffix != ".json":
+        sniffed = _sniff(p)
+        if sniffed is not None:
+            return sniffed
     if suffix == ".json":
         text = _read_text(p, "a trainer_state.json or a JSON array of log records")
         try:
@@ -985,12 +1241,14 @@ def _detect(p: Path) -> str:
             return "jsonl"
         raise ValueError(f"{p} is a JSON file but neither a trainer_state.json (an object with 'log_history') "
                          "nor a list of log records")
-    raise ValueError(f"cannot tell the format of {p} from its name: expected trainer_state.json, metrics.csv, "
-                     f"*.csv, *.jsonl or events.out.tfevents.*; pass tool= one of {', '.join(TOOLS)}")
+    raise ValueError(f"cannot tell the format of {p} from its name or its first lines: expected "
+                     "trainer_state.json, metrics.csv, *.csv, *.jsonl, events.out.tfevents.*, or a text file "
+                     "(training.log, *.txt) holding CSV with a header row or one JSON object per line; pass "
+                     f"tool= one of {', '.join(TOOLS)}")
 
 
 def import_run(path: str | os.PathLike[str], tool: str | None = None,
-               mapping: Mapping[str, str | None] | None = None) -> ImportedRun:
+               mapping: Mapping[str, str | None] | None = None, run_index: int = -1) -> ImportedRun:
     """Import a log, recognising the tool by file name and content unless ``tool`` is given.
 
     ======================================================== =================================
@@ -1031,9 +1289,9 @@ def import_run(path: str | os.PathLike[str], tool: str | None = None,
     if kind == "hf-trainer":
         return import_hf_trainer_state(p, mapping=mapping)
     if kind == "lightning-csv":
-        return import_lightning_csv(p, mapping=mapping)
+        return import_lightning_csv(p, mapping=mapping, run_index=run_index)
     if kind == "csv":
-        return import_csv(p, mapping=mapping)
+        return import_csv(p, mapping=mapping, run_index=run_index)
     if kind == "jsonl":
-        return import_jsonl(p, mapping=mapping)
+        return import_jsonl(p, mapping=mapping, run_index=run_index)
     return import_tensorboard(p, mapping=mapping)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .report import Report, _measured, replay
+from .report import Report, _measured, replay, replay_source
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -181,12 +181,18 @@ def _as_report(obj: str | os.PathLike[str] | pa.Table | Report) -> Report:
             raise ValueError(f"cannot plot {obj.source}: {obj.error}")
         import warnings
 
+        from .report import import_trace, is_trace
         from .traces import read_trace
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            table = read_trace(obj.source)
+        if is_trace(obj.source):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                table = read_trace(obj.source)
+        else:
+            table = import_trace(obj.source)[0]
         return dataclasses.replace(obj, table=table)
+    if isinstance(obj, str | os.PathLike):
+        return replay_source(obj)
     return replay(obj)
 
 
@@ -203,7 +209,8 @@ def plot_run(source: str | os.PathLike[str] | pa.Table | Report,
     per-bucket min/max envelopes so spikes stay visible.
 
     Args:
-        source: A trace path or table (replayed with the default Monitor first) or a
+        source: A trace path or table, or a log path any importer reads (replayed with the
+            default Monitor first; see :func:`~trainsignals.report.replay_source`), or a
             :class:`~trainsignals.report.Report` (its events and timeline are used; its trace
             is re-read from ``source`` when the report carries no table).
         output: Save a PNG there when given.
@@ -266,8 +273,7 @@ def plot_run(source: str | os.PathLike[str] | pa.Table | Report,
     main.legend(handles=handles, loc="best", fontsize=8, framealpha=0.9)
     main.grid(True, which="major", alpha=0.3)
     n_ev = len(report.events)
-    title = (f"{report.name}: {report.verdict} — status {report.final_status}"
-             f"{', stop advised' if report.should_stop else ''}; {n_ev} event(s) over {report.steps:,} steps")
+    title = f"{report.name}: {report.headline(fix=False)}; {n_ev} event(s) over {report.steps:,} {report.unit}s"
     fig.suptitle(title, fontsize=11, x=0.01, ha="left")
 
     if "lr" in axes:
@@ -288,7 +294,7 @@ def plot_run(source: str | os.PathLike[str] | pa.Table | Report,
     _mark_events(lines_axes + ([axes["layers"]] if layers is not None else []), report, main,
                  end - float(steps[0]))
     _status_band(axes["status"], report, end)
-    axes["status"].set_xlabel("step")
+    axes["status"].set_xlabel(report.unit)
     for name, ax in axes.items():
         if name != "status":
             ax.tick_params(labelbottom=False)

@@ -34,6 +34,8 @@ from ._events import Event, Kind
 from ._monitor import _RANK, _STATE_OF, Monitor
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     import pyarrow as pa
     from rich.table import Table
 
@@ -43,9 +45,14 @@ __all__ = [
     "EXIT_UNREADABLE",
     "EXIT_WARNING",
     "Report",
+    "expand_sources",
     "expand_traces",
+    "import_trace",
+    "imported_trace_kwargs",
+    "is_trace",
     "replay",
     "replay_many",
+    "replay_source",
     "status_timeline",
     "summary_markdown",
     "summary_table",
@@ -232,8 +239,77 @@ class Report:
 
     @property
     def name(self) -> str:
-        """The file name of the source (the whole source for a table)."""
-        return Path(self.source).name or self.source
+        """The file name of the source (the whole source for a table); for a log imported from a
+        folder (a TensorBoard run, a Lightning ``version_N``) or a file with a generic name
+        (``metrics.csv``, ``trainer_state.json``), the folder name too."""
+        p = Path(self.source)
+        if p.name in _GENERIC_NAMES and p.parent.name:
+            return f"{p.parent.name}/{p.name}"
+        return p.name or self.source
+
+    @property
+    def unit(self) -> str:
+        """What the trace's ``step`` counts: ``"step"``, or ``"epoch"`` for a log imported from an
+        epoch-indexed file without a step column (``metadata["step_unit"]``)."""
+        unit = self.metadata.get("step_unit", "step")
+        return unit if isinstance(unit, str) and unit else "step"
+
+    def headline(self, fix: bool = True) -> str:
+        """The one-line verdict: what failed, since when, how the run ended, and the first fix.
+
+        The headline failure is the first kind with a critical event (else the first warning
+        kind), named at its first such event: ``critical divergence at step 470 (since 450)``.
+        Then how the run ended, read from the status timeline: ``still diverging at the end``,
+        ``recovered, status healthy at the end`` (a failed status came and went) or ``status
+        healthy at the end``, and when a stop was advised.
+
+        Args:
+            fix: Append the headline event's first fix.
+
+        Returns:
+            One line, without the run's name.
+        """
+        if self.error is not None:
+            return f"could not be read: {self.error}"
+        u = self.unit
+        fails = self.failures()
+        if not fails:
+            out = f"healthy: no warning or critical event over {self._span()}"
+            if self.final_status not in ("healthy", "warming_up"):
+                out += f", status {self.final_status} at the end"
+            elif self.final_status == "warming_up":
+                out += " (still warming up at the end: too few loss values to judge)"
+            return out
+        crit = [(k, [e for e in evs if e.severity == "critical"]) for k, evs in fails]
+        crit = [(k, evs) for k, evs in crit if evs]
+        kind, evs = crit[0] if crit else fails[0]
+        first = evs[0]
+        n_kind = sum(1 for e in self.events if e.kind == kind and e.severity in ("warning", "critical"))
+        layer = f" [{first.layer}]" if first.layer else ""
+        out = f"{first.severity} {kind.value}{layer} at {u} {first.step}"
+        if first.onset_step < first.step:
+            out += f" (since {u} {first.onset_step})"
+        if n_kind > 1:
+            out += f", {n_kind} events"
+        if len(fails) > 1:
+            out += f"; also {', '.join(k.value for k, _ in fails if k != kind)}"
+        failed = {"diverging", "oscillating", "stalled"}
+        if self.final_status in failed:
+            out += f" — still {self.final_status} at the end"
+        elif any(st in failed for _, st in self.status_timeline):
+            out += f" — recovered, status {self.final_status} at the end"
+        else:
+            out += f" — status {self.final_status} at the end"
+        if self.should_stop:
+            stop = next((e for e in self.events if e.severity == "critical"), None)
+            out += f"; stop advised at {u} {stop.step}" if stop is not None else "; stop advised"
+        if fix:
+            out += f". Fix: {first.fix}"
+        return out
+
+    def verdict_line(self) -> str:
+        """``<verdict>: <name>: <headline>``, the line printed first by ``trainsignals replay``."""
+        return f"{self.verdict.upper()} {self.name}: {self.headline()}"
 
     def failures(self) -> list[tuple[Kind, list[Event]]]:
         """The warning and critical events grouped by kind, in order of first detection."""
@@ -247,7 +323,7 @@ class Report:
     def _span(self) -> str:
         if self.first_step is None:
             return "no steps"
-        return f"{self.steps:,} steps ({self.first_step}..{self.last_step})"
+        return f"{self.steps:,} {self.unit}s ({self.first_step}..{self.last_step})"
 
     def summary(self) -> str:
         """A few lines a person reads: which failures, when they began and were noticed, the first fix.
@@ -271,8 +347,8 @@ class Report:
             sev = "critical" if any(e.severity == "critical" for e in evs) else "warning"
             layer = f" [{first.layer}]" if first.layer else ""
             times = f" (x{len(evs)})" if len(evs) > 1 else ""
-            lines.append(f"  {sev.upper()} {kind.value}{layer}{times}: began step {first.onset_step}, "
-                         f"noticed step {first.step}: {first.message}")
+            lines.append(f"  {sev.upper()} {kind.value}{layer}{times}: began {self.unit} {first.onset_step}, "
+                         f"noticed {self.unit} {first.step}: {first.message}")
             lines.append(f"    fix: {first.fix}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
@@ -283,8 +359,8 @@ class Report:
     def to_text(self) -> str:
         """The summary, the status timeline and every event on its own line."""
         if self.error is not None:
-            return self.summary()
-        lines = [self.summary(), f"status timeline: {self._timeline_text()}"]
+            return self.verdict_line()
+        lines = [self.verdict_line(), self.summary(), f"status timeline: {self._timeline_text()}"]
         if self.metadata:
             lines.append("metadata: " + json.dumps(self.metadata, default=str, sort_keys=True))
         if self.events:
@@ -308,6 +384,8 @@ class Report:
             "metadata": self.metadata,
             "notes": list(self.notes),
             "error": self.error,
+            "headline": self.headline(),
+            "unit": self.unit,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -320,6 +398,8 @@ class Report:
         if self.error is not None:
             return "\n".join(out + [f"**unreadable**: {_md(self.error)}", ""])
         out += [
+            f"**{self.verdict.upper()}: {_md(self.headline())}**",
+            "",
             f"**{self.verdict}** — status `{self.final_status}` after {self._span()}"
             + ("; **stop advised**" if self.should_stop else ""),
             "",
@@ -346,6 +426,10 @@ class Report:
             out += [f"- {_md(str(e))}" for e in self.events]
             out += ["", "</details>", ""]
         return "\n".join(out)
+
+
+_GENERIC_NAMES = frozenset({"metrics.csv", "trainer_state.json", "trainer_log.jsonl", "results.csv", "progress.csv",
+                            "training.log", "training_history.csv", "log.csv", "log.jsonl", "metrics.jsonl"})
 
 
 def _md(text: str) -> str:
@@ -446,13 +530,208 @@ def expand_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str
     return out
 
 
-def _replay_file(path: str) -> Report:
-    """Replay one file for :func:`replay_many`: an unreadable file becomes a report saying why."""
+_ARROW_MAGIC = (b"\xff\xff\xff\xff", b"ARROW1")
+_LOG_SUFFIXES = frozenset({".csv", ".jsonl", ".ndjson"})
+_SNIFF_SUFFIXES = frozenset({".log", ".txt", ""})
+_SPLIT_DIRS = frozenset({"train", "training", "validation", "valid", "val", "eval", "test"})
+
+
+def is_trace(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a trace rather than another tool's log: named ``*.arrow``, or a file
+    that starts like an Arrow stream or file."""
+    p = Path(path)
+    if p.suffix.lower() == ".arrow":
+        return True
+    try:
+        with open(p, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return False
+    return head.startswith(_ARROW_MAGIC)
+
+
+def _checkpoint_number(p: Path) -> int | None:
+    name = p.parent.name
+    if name.startswith("checkpoint-") and name[len("checkpoint-"):].isdigit():
+        return int(name[len("checkpoint-"):])
+    return None
+
+
+def _logs_in(folder: Path) -> list[Path]:
+    """The runs a folder holds, each once (see :func:`expand_sources`)."""
+    from .importers import _detect
+
+    out: list[Path] = []
+    tb_dirs: set[Path] = set()
+    states: list[Path] = []
+    for f in sorted(folder.rglob("*")):
+        rel = f.relative_to(folder).parts
+        if any(part.startswith(".") for part in rel) or not f.is_file():
+            continue
+        name = f.name.lower()
+        if "tfevents" in name:
+            d = f.parent
+            while d != folder and d.name.lower() in _SPLIT_DIRS:  # Keras: <run>/train, <run>/validation
+                d = d.parent
+            tb_dirs.add(d)
+        elif name == "trainer_state.json":
+            states.append(f)
+        elif f.suffix.lower() == ".arrow" or f.suffix.lower() in _LOG_SUFFIXES:
+            out.append(f)
+        elif f.suffix.lower() in _SNIFF_SUFFIXES or f.suffix.lower() == ".json":
+            if f.stat().st_size > 64 * 2**20:
+                continue
+            try:
+                _detect(f)
+            except (ValueError, OSError):
+                continue  # not a log: a README, a config.json, hparams...
+            out.append(f)
+    # HF checkpoints: checkpoint-N/trainer_state.json are prefixes of the run's final state
+    for st in states:
+        n = _checkpoint_number(st)
+        if n is None:
+            out.append(st)
+            continue
+        run_dir = st.parent.parent
+        if (run_dir / "trainer_state.json").is_file():
+            continue
+        siblings = [q for q in states if q.parent.parent == run_dir and _checkpoint_number(q) is not None]
+        if n == max(_checkpoint_number(q) or 0 for q in siblings):
+            out.append(st)
+    # a TensorBoard run folder nested in another one is its own run only if the outer holds none itself
+    for d in sorted(tb_dirs):
+        if not any(o != d and o in d.parents and any(_is_event(q) for q in o.iterdir()) for o in tb_dirs):
+            out.append(d)
+    return sorted(out, key=lambda q: str(q))
+
+
+def _is_event(p: Path) -> bool:
+    return p.is_file() and "tfevents" in p.name.lower()
+
+
+def expand_sources(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """What to replay: traces and other tools' logs, each run once.
+
+    A file stays as given (a trace, or any log :func:`trainsignals.importers.import_run` reads).
+    A folder that is one run of another tool (a TensorBoard run folder, a Lightning
+    ``version_N`` folder, an HF output folder with ``trainer_state.json``) stays as given;
+    any other folder is searched recursively for:
+
+    - traces (``*.arrow``), ``*.csv``, ``*.jsonl``, ``*.ndjson``;
+    - ``trainer_state.json``; one inside ``checkpoint-N/`` only when the run folder above has
+      none, and then only the highest ``N`` (the others are prefixes of it);
+    - TensorBoard runs: each folder holding event files, one run (a ``train``/``validation``
+      subfolder belongs to the folder above it);
+    - ``*.log``, ``*.txt``, ``*.json`` and files without a suffix whose content is CSV with a
+      header or JSON records (Keras' ``training.log``); other files are ignored.
+
+    Hidden files and folders are skipped.
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+    """
+    from .importers import _detect
+
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"no such trace, log or folder: {p}")
+        if not p.is_dir():
+            out.append(p)
+            continue
+        entries = [q for q in p.iterdir() if not q.name.startswith(".")]
+        single = any(_is_event(q) for q in entries) or (
+            not any(q.suffix.lower() == ".arrow" for q in entries)
+            and ((p / "trainer_state.json").is_file() or (p / "metrics.csv").is_file()))
+        if single:
+            try:
+                _detect(p)
+                out.append(p)
+                continue
+            except ValueError:
+                pass
+        out.extend(_logs_in(p))
+    return out
+
+
+def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None, *, tool: str | None = None,
+                  mapping: dict[str, str | None] | None = None, run_index: int = -1) -> Report:
+    """Replay a trace or any log the importers read (:func:`trainsignals.importers.import_run`).
+
+    A trace is replayed with :func:`replay`. Another tool's log is imported, checked for a
+    signal to replay (:meth:`~trainsignals.importers.ImportedRun.require_signals`), turned into
+    a trace in memory and replayed; the importer's notes (how the log was read: the x-axis,
+    steps going back, several runs in the file) become the report's notes.
+
+    Args:
+        source: A trace, a log file, or a log folder (TensorBoard, Lightning ``version_N``).
+        monitor: As for :func:`replay`.
+        tool: The log's format (``import_run``'s ``tool``); None detects it.
+        mapping: Signal -> column overrides for a log (``{"loss": "train/box_loss"}``).
+        run_index: Which run of a log holding several (default the last).
+
+    Returns:
+        The :class:`Report`, with the trace as ``table``.
+
+    Raises:
+        trainsignals.traces.TraceFormatError: a ``.arrow`` file that is not a trace.
+        trainsignals.importers.NoSignalError: a log without any signal under the names tried
+            (the message lists its columns and a mapping to try).
+        ValueError, FileNotFoundError, ImportError: the importer's errors.
+    """
+    if is_trace(source) and tool is None and not mapping:
+        return replay(source, monitor)
+    table, notes = import_trace(source, tool=tool, mapping=mapping, run_index=run_index)
+    rep = replay(table, monitor, name=os.fspath(source))
+    rep.notes = [*notes, *rep.notes]
+    return rep
+
+
+def imported_trace_kwargs(run: Any) -> dict[str, Any]:
+    """:func:`trainsignals.traces.write_trace` keywords for an imported run (signals, metadata).
+
+    Raises:
+        trainsignals.importers.NoSignalError: the run has no signal to replay.
+    """
+    run.require_signals()
+    kwargs = run.scan_kwargs()
+    kwargs.setdefault("step", run.steps)
+    meta = {"converted_from": run.source, "tool": run.tool, **run.metadata}
+    return {**kwargs, "metadata": meta}
+
+
+def import_trace(source: str | os.PathLike[str], *, tool: str | None = None,
+                 mapping: dict[str, str | None] | None = None, run_index: int = -1) -> tuple[pa.Table, list[str]]:
+    """Import a log and return it as a trace table (as ``trainsignals convert`` writes it) and
+    the importer's notes.
+
+    Raises:
+        As :func:`replay_source` for a log.
+    """
+    import tempfile
+
+    from .importers import import_run
+    from .traces import read_trace, write_trace
+
+    run = import_run(source, tool=tool, mapping=mapping, run_index=run_index)
+    kwargs = imported_trace_kwargs(run)
+    with tempfile.TemporaryDirectory(prefix="trainsignals-") as d:
+        path = os.path.join(d, "run.arrow")
+        write_trace(path, **kwargs)
+        table = read_trace(path)
+    return table, run.notes
+
+
+def _replay_file(path: str, tool: str | None = None, mapping: dict[str, str | None] | None = None,
+                 run_index: int = -1) -> Report:
+    """Replay one source for :func:`replay_many`: an unreadable one becomes a report saying why."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # damage is in the report's notes
-            rep = replay(path)
-    except Exception as exc:  # TraceFormatError, OSError, pyarrow's errors on a damaged file...
+            rep = replay_source(path, tool=tool, mapping=mapping, run_index=run_index)
+    except Exception as exc:  # TraceFormatError, NoSignalError, OSError, pyarrow's errors on a damaged file...
         return Report(source=path, error=f"{type(exc).__name__}: {exc}", final_status="unknown")
     rep.table = None
     return rep
@@ -461,57 +740,92 @@ def _replay_file(path: str) -> Report:
 def replay_many(
     paths_or_dir: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     processes: int | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
+    *,
+    executor: Executor | None = None,
+    tool: str | None = None,
+    mapping: dict[str, str | None] | None = None,
+    run_index: int = -1,
 ) -> list[Report]:
-    """Replay many traces in parallel processes.
+    """Replay many traces and logs, in parallel.
 
     Args:
-        paths_or_dir: A folder (its ``*.arrow`` files), a trace file, or a list of either.
-        processes: Worker processes (default: the CPU count, at most one per file); 1 replays
-            in this process.
-        progress: Show a rich progress bar on stderr.
+        paths_or_dir: Folders, traces, logs, or a list of them (see :func:`expand_sources`:
+            a folder stands for the traces and logs under it).
+        processes: Worker processes of a local pool (default: the CPU count, at most one per
+            source); 1 replays in this process. Ignored with ``executor``.
+        progress: Show a rich progress bar on stderr; None (default): only when stderr is a
+            terminal.
+        executor: Any ``concurrent.futures.Executor`` to replay on instead of a local process
+            pool: a ``ProcessPoolExecutor`` or ``ThreadPoolExecutor``, a Dask
+            ``distributed.Client(...).get_executor()``, an MPI or Ray pool exposing the same
+            interface. Each task is ``_replay_file(path, tool, mapping, run_index)`` (module
+            level, picklable) and returns a small :class:`Report`, so workers need
+            trainsignals installed and the files at the same paths. The executor is not
+            shut down.
+        tool: The format of the logs (``import_run``'s ``tool``); None detects each.
+        mapping: Signal -> column overrides applied to every log (not to traces).
+        run_index: Which run of a log holding several (default the last).
 
     Returns:
-        One :class:`Report` per file, in input order (folders sorted by name). A file that is
-        not a trace, or too damaged to read, gives a report with ``error`` set instead of an
-        exception; a truncated trace is replayed as far as it is complete, with a note.
-        Reports carry no ``table``.
+        One :class:`Report` per source, in input order (folders sorted by name). A source that
+        cannot be read, or holds no signal to replay, gives a report with ``error`` set
+        instead of an exception; a truncated trace is replayed as far as it is complete, with
+        a note. Reports carry no ``table``.
 
     Raises:
         FileNotFoundError: a path does not exist.
         ValueError: ``processes`` < 1.
     """
-    files = [os.fspath(p) for p in expand_traces(paths_or_dir)]
+    import sys
+    from concurrent.futures import as_completed
+    from functools import partial
+
+    files = [os.fspath(p) for p in expand_sources(paths_or_dir)]
     if processes is not None and processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    task_fn = partial(_replay_file, tool=tool, mapping=dict(mapping) if mapping else None, run_index=run_index)
     workers = min(processes or os.cpu_count() or 1, max(len(files), 1))
     results: list[Report | None] = [None] * len(files)
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from ._console import make_console
+
     bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), disable=not progress or not files, transient=True)
-    if workers <= 1:
+                   console=make_console(stderr=True), disable=not progress or not files, transient=True)
+
+    def collect(pool: Executor) -> None:
+        futures = {pool.submit(task_fn, f): i for i, f in enumerate(files)}
+        with bar:
+            task = bar.add_task("replay", total=len(files))
+            for fut in as_completed(futures):
+                i = futures[fut]
+                try:
+                    results[i] = fut.result()
+                except Exception as exc:  # the executor failed the task (a lost worker...)
+                    results[i] = Report(source=files[i], error=f"{type(exc).__name__}: {exc}", final_status="unknown")
+                bar.advance(task)
+
+    if executor is not None:
+        collect(executor)
+    elif workers <= 1:
         with bar:
             task = bar.add_task("replay", total=len(files))
             for i, f in enumerate(files):
-                results[i] = _replay_file(f)
+                results[i] = task_fn(f)
                 bar.advance(task)
     else:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import ProcessPoolExecutor
 
         # never fork a parent that may run threads (JAX, torch, a rich live display): forkserver
         # starts workers from a clean server process; spawn where forkserver does not exist
         methods = multiprocessing.get_all_start_methods()
         ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = {pool.submit(_replay_file, f): i for i, f in enumerate(files)}
-            with bar:
-                task = bar.add_task("replay", total=len(files))
-                for fut in as_completed(futures):
-                    results[futures[fut]] = fut.result()
-                    bar.advance(task)
+            collect(pool)
     return [r for r in results if r is not None]
 
 

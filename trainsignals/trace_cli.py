@@ -3,7 +3,9 @@
 ``add_trace_commands(subparsers)`` adds them to an ``argparse`` sub-parser set; each command
 sets ``func(args) -> int`` (the exit status). Mounted by :mod:`trainsignals.cli`::
 
-    trainsignals replay runs/ --json          # every *.arrow in runs/, in parallel
+    trainsignals replay runs/ --json          # every trace and log under runs/, in parallel
+    trainsignals replay trainer_state.json    # another tool's log, imported on the fly
+    trainsignals replay results.csv --map loss=train/box_loss
     trainsignals plot run.arrow -o run.png
     trainsignals watch run.arrow --timeout 600
     trainsignals convert trainer_state.json -o run.arrow --tool hf-trainer
@@ -23,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._console import make_console
 from .report import (
     EXIT_UNREADABLE,
     Report,
-    expand_traces,
+    expand_sources,
     replay_many,
     status_timeline,
     summary_markdown,
@@ -66,19 +69,24 @@ def add_trace_commands(subparsers: Any) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
 
     r = subparsers.add_parser(
-        "replay", help="run the detectors over recorded traces and report what went wrong",
-        description=_wrap("Replay recorded traces (Arrow IPC, see trainsignals.traces) through the default "
-                    "Monitor and report per run: failures, when they began and were noticed, the "
-                    "first fix, the status over time. A folder stands for its *.arrow files, "
-                    "replayed in parallel processes."),
+        "replay", help="run the detectors over recorded traces or other tools' logs and report what went wrong",
+        description=_wrap("Replay recorded traces (Arrow IPC, see trainsignals.traces) or any log convert "
+                    "reads (trainer_state.json, a Lightning version_N folder or metrics.csv, a TensorBoard "
+                    "folder, CSV, JSONL, Keras' training.log) through the default Monitor and report per "
+                    "run: a one-line verdict (what failed, since when, the fix), then the failures, when "
+                    "they began and were noticed, the status over time. A folder stands for every trace "
+                    "and log under it, replayed in parallel processes."),
         epilog=_EXIT_HELP, formatter_class=fmt)
-    r.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders of *.arrow traces")
+    r.add_argument("paths", nargs="+", metavar="PATH", help="traces, logs, or folders holding them")
     out = r.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true",
                      help='print {"exit_code": N, "runs": [report, ...]} as JSON')
     out.add_argument("--markdown", action="store_true", help="print a Markdown report")
     r.add_argument("--processes", type=int, default=None,
                    help="worker processes for many traces (default: one per CPU; 1: in this process)")
+    r.add_argument("--progress", action="store_true",
+                   help="show a progress bar on stderr (default: only when stderr is a terminal)")
+    _import_options(r, TOOLS)
     r.set_defaults(func=_replay_cmd)
 
     p = subparsers.add_parser(
@@ -86,9 +94,10 @@ def add_trace_commands(subparsers: Any) -> None:
         description=_wrap("Replay a trace and draw loss and grad norm, learning rate, update ratio, "
                     "per-layer grad norms, every event (onset -> detection) and the status band."),
         epilog="exit status: 0 written; 1 failed (message on stderr).", formatter_class=fmt)
-    p.add_argument("path", metavar="PATH", help="trace file")
+    p.add_argument("path", metavar="PATH", help="trace file, or a log convert reads")
     p.add_argument("-o", "--output", required=True, help="PNG to write")
     p.add_argument("--dpi", type=int, default=110, help="resolution (default 110)")
+    _import_options(p, TOOLS)
     p.set_defaults(func=_plot_cmd)
 
     w = subparsers.add_parser(
@@ -117,18 +126,24 @@ def add_trace_commands(subparsers: Any) -> None:
         epilog="exit status: 0 written; 1 failed (message on stderr).", formatter_class=fmt)
     c.add_argument("src", metavar="SRC", help="trainer_state.json, metrics.csv, a CSV/JSONL file or a TensorBoard folder")
     c.add_argument("-o", "--output", required=True, help="trace to write (.arrow)")
-    c.add_argument("--tool", choices=TOOLS, default=None, help="source format (default: guessed from SRC)")
-    c.add_argument("--map", nargs="+", action="extend", default=[], metavar="OURS=THEIRS",
-                   help="our signal = their column, e.g. --map loss=train/loss grad_norm=gn; "
-                        "OURS= skips a signal (default: each tool's usual names)")
+    _import_options(c, TOOLS)
     c.set_defaults(func=_convert_cmd)
+
+
+def _import_options(parser: argparse.ArgumentParser, tools: Sequence[str]) -> None:
+    """``--tool``, ``--map`` and ``--run-index``: how to read another tool's log."""
+    parser.add_argument("--tool", choices=tools, default=None,
+                        help="format of a log (default: guessed from its name and content)")
+    parser.add_argument("--map", nargs="+", action="extend", default=[], metavar="OURS=THEIRS",
+                        help="our signal = their column, e.g. --map loss=train/loss grad_norm=gn; "
+                             "OURS= skips a signal (default: each tool's usual names)")
+    parser.add_argument("--run-index", type=int, default=-1, metavar="N",
+                        help="which run of a log holding several (the step restarts); default the last (-1)")
 
 
 # -- replay -------------------------------------------------------------------------------
 def _console(stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False)
+    return make_console(stderr=stderr)
 
 
 def _failure_table(report: Report) -> Any:
@@ -154,7 +169,11 @@ def _print_rich(console: Console, reports: Sequence[Report]) -> None:
 
     for rep in reports:
         style = {"healthy": "green", "warnings": "yellow", "critical": "bold red"}.get(rep.verdict, "magenta")
-        console.print(Text(rep.summary().splitlines()[0], style=style))
+        console.print(Text(rep.verdict_line(), style=style))
+        if rep.error is not None:
+            console.print()
+            continue
+        console.print(Text(rep.summary().splitlines()[0]))
         if rep.failures():
             console.print(_failure_table(rep))
         for n in rep.notes:
@@ -170,18 +189,21 @@ def _print_rich(console: Console, reports: Sequence[Report]) -> None:
 def _replay_cmd(args: argparse.Namespace) -> int:
     err = _console(stderr=True)
     try:
-        files = expand_traces(args.paths)
-    except FileNotFoundError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        mapping = _parse_map(args.map)
+        files = expand_sources(args.paths)
+    except (FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}", markup=True)
         return EXIT_UNREADABLE
     if not files:
-        err.print(f"[red]error:[/] no traces (*.arrow) in {', '.join(args.paths)}")
+        err.print(f"[red]error:[/] no traces or logs in {', '.join(args.paths)}")
         return EXIT_UNREADABLE
     if args.processes is not None and args.processes < 1:
         err.print("[red]error:[/] --processes must be >= 1")
         return EXIT_UNREADABLE
     processes = args.processes if args.processes is not None else (1 if len(files) == 1 else None)
-    reports = replay_many(files, processes=processes, progress=len(files) > 1 and sys.stderr.isatty())
+    progress = True if args.progress else (len(files) > 1 and sys.stderr.isatty())
+    reports = replay_many(files, processes=processes, progress=progress, tool=args.tool, mapping=mapping or None,
+                          run_index=args.run_index)
     code = max(r.exit_code for r in reports)
     if args.json:
         print(json.dumps({"exit_code": code, "runs": [r.to_dict() for r in reports]}, indent=2, default=str))
@@ -197,6 +219,9 @@ def _replay_cmd(args: argparse.Namespace) -> int:
             _print_rich(console, reports)
         else:
             print("\n\n".join(r.to_text() for r in reports))
+            if len(reports) > 1:
+                print()
+                console.print(summary_table(reports))
     return code
 
 
@@ -205,8 +230,11 @@ def _plot_cmd(args: argparse.Namespace) -> int:
     err = _console(stderr=True)
     try:
         from .plot import plot_run
+        from .report import replay_source
 
-        plot_run(args.path, output=args.output, dpi=args.dpi)
+        mapping = _parse_map(args.map)
+        report = replay_source(args.path, tool=args.tool, mapping=mapping or None, run_index=args.run_index)
+        plot_run(report, output=args.output, dpi=args.dpi)
     except ImportError as exc:
         err.print(f"[red]error:[/] plotting needs matplotlib: pip install 'trainsignals[plot]' ({exc})")
         return 1
@@ -468,19 +496,21 @@ def _parse_map(items: Sequence[str]) -> dict[str, str | None]:
 
 def _convert_cmd(args: argparse.Namespace) -> int:
     from .importers import import_run
+    from .report import imported_trace_kwargs
     from .traces import write_trace
 
     try:
         mapping = _parse_map(args.map)
-        run = import_run(args.src, tool=args.tool, mapping=mapping or None)
-        kwargs = run.scan_kwargs()
-        if "step" not in kwargs:
-            kwargs["step"] = run.steps
-        meta = {"converted_from": os.fspath(args.src), "tool": run.tool, **run.metadata}
-        n = write_trace(args.output, metadata=meta, **kwargs)
+        run = import_run(args.src, tool=args.tool, mapping=mapping or None, run_index=args.run_index)
+        kwargs = imported_trace_kwargs(run)
+        kwargs["metadata"]["converted_from"] = os.fspath(args.src)
+        n = write_trace(args.output, **kwargs)
     except (OSError, ValueError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    sigs = [k for k in kwargs if k != "step"]
-    print(f"wrote {args.output}: {n:,} steps from {run.tool} ({args.src}); signals {', '.join(sigs) or 'none'}")
+    sigs = [k for k in kwargs if k not in ("step", "metadata")]
+    unit = run.metadata.get("step_unit", "step")
+    print(f"wrote {args.output}: {n:,} {unit}s from {run.tool} ({args.src}); signals {', '.join(sigs)}")
+    for note in run.notes:
+        print(f"  note: {note}")
     return 0
