@@ -22,9 +22,20 @@ wins and the number of conflicting values is reported in ``metadata["conflicts"]
 
 **Steps.** The step column is ``step`` (CSV/JSONL: ``step_column``, falling back to
 ``global_step``, ``trainer/global_step``, ``train/global_step``, ``_step``, ``iteration``,
-``iter``). When none of them exists, the row order is the step (0, 1, 2, ...) and
-``metadata["step_column"]`` is None. Steps must be integers; a row without a step where the
-column exists is an error.
+``iter``, ``current_steps``, ``total/steps``). When none of them exists, an ``epoch`` column
+that holds an integer in every row, never the same in two consecutive rows (Keras ``CSVLogger``,
+Ultralytics ``results.csv``), is the x-axis (``metadata["step_unit"] == "epoch"``); otherwise the
+row order is the step (0, 1, 2, ...) and ``metadata["step_column"]`` is None. Steps must be
+integers; a row without a step where the column exists is an error.
+
+**Steps that go back.** Where the step goes back to (or below) the first step of the run so far,
+after that run logged two steps or more, a new run starts: the file holds several runs, the
+last is read (``run_index`` picks another) and ``metadata["runs_in_file"]`` lists them. Where it
+goes back less far (a resume from a checkpoint, two writers, rows out of order), rows sharing a
+step are merged and the later row wins. Each such rule leaves a line in
+:attr:`ImportedRun.notes`; so does a log with none of our signals (see
+:meth:`ImportedRun.require_signals`). The full rules, with examples from real logs, are in the
+guide ``docs/guides/importing-logs.md``.
 
 **Default name mappings** (first match wins, in this order; names are matched case-insensitively,
 ``*`` is a wildcard; wildcards never match ``*-momentum`` or ``*-weight_decay``, which Lightning's
