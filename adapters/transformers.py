@@ -34,8 +34,9 @@ training ends. Where each signal is read:
   callback wraps that method on the Trainer's ``Accelerator`` instance and calls
   :meth:`TorchWatcher.capture_grads` just before it runs, so the norms are the unclipped ones
   (under fp16 the GradScaler's scale is divided out: the gradients are not unscaled yet). When
-  clipping is on, the norm of the clipped gradients the step applied is measured too
-  (``trainsignals/grad_norm_applied``). If the Trainer does not call that method (a sharding
+  clipping is on, the norm of the clipped gradients the step applied is logged too
+  (``trainsignals/grad_norm_applied``), from the unclipped norm by torch's clipping rule
+  (``norm · min(1, max_norm / (norm + 1e-6))``: no second pass over the gradients). If the Trainer does not call that method (a sharding
   set-up that clips elsewhere), the optimizer's pre-hook measures the gradients it applies;
 * **learning rate** — ``param_groups[0]["lr"]`` of the torch optimizer, read in
   ``on_optimizer_step``, i.e. the rate the step used (before the LR scheduler steps);
@@ -329,6 +330,7 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
         self._patches: list[_Patch] = []
         self._loss: torch.Tensor | None = None     # the step's summed micro-batch losses, on the device
         self._captured = False                     # capture_grads ran for this step
+        self._max_norm: float | None = None        # the step's clipping threshold (None: no clipping)
         self._latest: dict[str, float] = {}        # the latest value of each logged signal
         self._offset = 0
         self._last_step = -1
@@ -408,8 +410,11 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
             "verbose": self.verbose,
         }
         args.update({k: v for k, v in self.watcher_kwargs.items() if _jsonable(v)})
+        # no Monitor yet (the Trainer asks before training begins): none is created here, so that
+        # the default one still takes the Trainer's max_steps
+        mon = self._monitor.state_dict() if self._monitor is not None else None
         return {"args": args, "attributes": {},
-                _STATE_KEY: {"monitor": self.monitor.state_dict(), "event_counts": dict(self.event_counts),
+                _STATE_KEY: {"monitor": mon, "event_counts": dict(self.event_counts),
                              "n_critical": self._n_critical, "val_history": list(self.val_history)}}
 
     def _restore(self, saved: Mapping[str, Any]) -> None:
@@ -418,6 +423,8 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
         if missing:
             raise ValueError(f"the checkpoint's {type(self).__name__} state lacks keys {missing}")
         mon = saved["monitor"]
+        if mon is None:             # saved before any training step
+            return
         config = mon.get("config", {}) if isinstance(mon, Mapping) else {}
         total = config.get("total_steps")
         if self._monitor is None or (self._own_monitor and self._monitor.total_steps != total):
@@ -503,17 +510,26 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
         def clip_grad_norm_(parameters: Any, max_norm: Any, *args: Any, **kwargs: Any) -> Any:
             if self.watcher is not None and not self._captured:
                 self._captured = True
-                clipping = math.isfinite(float(max_norm))
-                # after backward, before the clip (and before accelerate unscales fp16 gradients)
-                self.watcher.capture_grads(applied=clipping)
+                limit = float(max_norm)
+                self._max_norm = limit if math.isfinite(limit) else None
+                # after backward, before the clip (and before accelerate unscales fp16 gradients); the
+                # applied norm follows from the clipping rule: no second pass over the gradients
+                self.watcher.capture_grads(applied=False)
             return original(parameters, max_norm, *args, **kwargs)
         return clip_grad_norm_
 
     def _wrap_log(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def log(logs: dict[str, float], *args: Any, **kwargs: Any) -> Any:
-            if self.watcher is not None and isinstance(logs, dict):
-                logs.update(self._row())
-            return original(logs, *args, **kwargs)
+            if self.watcher is None or not isinstance(logs, dict):
+                return original(logs, *args, **kwargs)
+            ours = self._row()
+            row = {**logs, **ours}
+            try:
+                return original(row, *args, **kwargs)
+            finally:
+                # what the Trainer adds to the caller's dict (the epoch...) it still adds, but not our
+                # values: evaluate() returns the dict it logged
+                logs.update({k: v for k, v in row.items() if k not in ours})
         return log
 
     def _row(self) -> dict[str, float]:
@@ -535,6 +551,7 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
             return
         step = state.global_step + self._offset
         loss, self._loss, self._captured = self._loss, None, False
+        max_norm, self._max_norm = self._max_norm, None
         events = self.watcher.update(loss=loss, step=step)
         self._last_step = step
         handled = not self.watcher.should_stop    # critical events a rollback took care of
@@ -542,8 +559,10 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
         if self.watcher.monitor.step == step:
             got = self.watcher.last_signals
             self._latest.update({k: float(got[k]) for k in _SIGNALS if k in got})
-            if self.watcher.last_applied_grad_norm is not None:
-                self._latest["grad_norm_applied"] = self.watcher.last_applied_grad_norm
+            if max_norm is not None and "grad_norm" in got:
+                # torch's clip_grad_norm_ scales by min(1, max_norm / (norm + 1e-6))
+                norm = float(got["grad_norm"])
+                self._latest["grad_norm_applied"] = norm * min(1.0, max_norm / (norm + 1e-6))
         self._handle(args, state, control, step, events, criticals_count=not handled, in_step=True)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -623,6 +642,7 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
             _log.error("[trainsignals] training %s at step %d: %s%s",
                        "stopped" if self.on_critical == "stop" else "failed", step, why, where)
         if self.on_critical == "raise":
+            self._close()            # the Trainer calls no on_train_end when train() raises
             raise TrainingFailure(failing)
 
 
