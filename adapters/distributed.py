@@ -646,7 +646,7 @@ class DistributedWatcher(TorchWatcher):
             parts = [torch.stack([fp(p).to(dev, torch.float64) for p in params]),
                      torch.stack([fp(g).to(dev, torch.float64) if g is not None else nan for g in grads])]
             if self.tolerance > 0:
-                parts.append(torch.stack([n.to(dev) for n in torch._foreach_norm(params, 1, dtype=torch.float64)]))
+                parts.append(torch.stack([n.to(dev) for n in torch._foreach_norm(params, 1, dtype=torch.float64)]))  # noqa: SLF001 - torch's fused multi-tensor norm has no public name
                 parts.append(torch.stack([torch.linalg.vector_norm(g, 1, dtype=torch.float64).to(dev)
                                           if g is not None else nan for g in grads]))
             self._fp = torch.cat(parts)
@@ -955,7 +955,7 @@ class DistributedWatcher(TorchWatcher):
         shapes = ";".join(f"{n}:{tuple(p.shape)}" for n, p in zip(self.param_names, self._params))
         config = json.dumps(_stable([self.check_every, self.tolerance, self.sharded, self.per_layer,
                                      self.update_ratio_every, self.activations_every, self._act_names,
-                                     self._n_groups, self.monitor._config()]), sort_keys=True)
+                                     self._n_groups, self.monitor.config()]), sort_keys=True)
         mine = torch.tensor([float(self._width), float(zlib.crc32(shapes.encode())),
                              float(zlib.crc32(config.encode()))], dtype=torch.float64)
         m = self._gather(mine)

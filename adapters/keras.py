@@ -76,7 +76,7 @@ def _jax_train_step(model: Any, state: Any, data: Any, *, layer_norms: bool, upd
     )
     unscaled_loss, y_pred, non_trainable, metric_vars = aux
     new_trainable, opt_vars = model.optimizer.stateless_apply(opt_vars, grads, trainable)
-    logs, metric_vars = model._update_metrics_variables(
+    logs, metric_vars = model._update_metrics_variables(  # noqa: SLF001 - Keras' own metric update, no public equivalent
         metric_vars, unscaled_loss, x, y, y_pred, sample_weight
     )
     scale = jnp.where(unscaled_loss != 0, loss / jnp.where(unscaled_loss != 0, unscaled_loss, 1.0), 1.0)
@@ -100,11 +100,11 @@ def _torch_train_step(model: Any, data: Any, *, layer_norms: bool, update_ratio:
     import torch
 
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    y_pred = model(x, training=True) if model._call_has_training_arg else model(x)
+    y_pred = model(x, training=True) if model._call_has_training_arg else model(x)  # noqa: SLF001 - Keras' own flag, no public equivalent
     model.zero_grad()
     compute_loss = getattr(model, "_compute_loss", model.compute_loss)
     loss = compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-    model._loss_tracker.update_state(
+    model._loss_tracker.update_state(  # noqa: SLF001 - the tracker Keras reports the loss from
         loss, sample_weight=next(i for i in keras.tree.flatten(x) if i is not None).shape[0]
     )
     batch_loss = loss.detach()
@@ -305,7 +305,7 @@ class TrainSignalsCallback(keras.callbacks.Callback):
         if opt is None:
             return None
         try:
-            lr = opt._learning_rate
+            lr = opt._learning_rate  # noqa: SLF001 - the schedule object behind the optimizer's learning rate
             if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
                 iteration = self._iterations0 + max(self._steps_this_fit - 1, 0)
                 return _scalar(lr(iteration))

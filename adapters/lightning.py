@@ -115,7 +115,7 @@ class _ParamView(nn.Module):
             *path, leaf = name.split(".")
             mod: nn.Module = self
             for part in path:
-                child = mod._modules.get(part)
+                child = mod._modules.get(part)  # noqa: SLF001 - torch's module registry: submodules by name
                 if child is None:
                     child = nn.Module()
                     mod.add_module(part, child)

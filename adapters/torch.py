@@ -497,13 +497,13 @@ class TorchWatcher:
         (and not left) stay, in their order."""
         self._fn_on = False
         above = []
-        while torch._C._len_torch_function_stack() > 0:
-            top = torch._C._pop_torch_function_stack()
+        while torch._C._len_torch_function_stack() > 0:  # noqa: SLF001 - torch's function-mode stack has no public API
+            top = torch._C._pop_torch_function_stack()  # noqa: SLF001 - torch's function-mode stack has no public API
             if top is self._fn_mode:
                 break
             above.append(top)
         for mode in reversed(above):
-            torch._C._push_on_torch_function_stack(mode)
+            torch._C._push_on_torch_function_stack(mode)  # noqa: SLF001 - torch's function-mode stack has no public API
 
     def _functional_call(self, spec: tuple[str, tuple[float, float] | None], out: torch.Tensor) -> None:
         """Measure one activation-function call: layer ``"<module>:<function>"``, ``#i`` for its
@@ -535,13 +535,13 @@ class TorchWatcher:
     def _norms(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """Squared L2 norms of ``tensors`` as one float32 vector on the watcher's device (fused kernels)."""
         if self._one_device:      # the parameters (and so their gradients) live on one device
-            return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32)).square()
+            return torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32)).square()  # noqa: SLF001 - torch's fused multi-tensor norm has no public name
         by_device: dict[torch.device, list[int]] = {}
         for i, t in enumerate(tensors):
             by_device.setdefault(t.device, []).append(i)
         out = torch.zeros(len(tensors), device=self._device)
         for idx in by_device.values():
-            norms = torch.stack(torch._foreach_norm([tensors[i] for i in idx], 2, dtype=torch.float32))
+            norms = torch.stack(torch._foreach_norm([tensors[i] for i in idx], 2, dtype=torch.float32))  # noqa: SLF001 - torch's fused multi-tensor norm has no public name
             out[torch.tensor(idx, device=self._device)] = norms.to(self._device).square()
         return out
 
@@ -613,7 +613,7 @@ class TorchWatcher:
                     torch._foreach_copy_(self._ratio_buf, params)
                     self._snapshot = self._ratio_buf
                 else:
-                    self._snapshot = list(torch._foreach_mul(params, 1.0))   # one copy, freed in the post-hook
+                    self._snapshot = list(torch._foreach_mul(params, 1.0))   # one copy, freed in the post-hook  # noqa: SLF001 - torch's fused multi-tensor copy has no public name
             if self.skip_nonfinite_steps and self.scaler is None and self._grad_sq is not None:
                 self._skip_prepare(optimizer)
 

@@ -82,19 +82,21 @@ def main(argv: list[str] | None = None) -> dict:
     }
     res["detector_update_ratio_vs_PageHinkley"] = {}
     for name, (cls, cols) in singles.items():
+        names = [i.name for i in cls().inputs][:len(cols)]
         if len(cols) == 1:
-            def run(vals, cls=cls):
+            def run(vals, cls=cls, key=names[0]):
                 d = cls()
                 up = d.update
                 for v in vals:
-                    up(v)
+                    up(**{key: v})
             t = per_call(run, cols[0])
         else:
-            def run(vals, cls=cls):
+            def run(vals, cls=cls, keys=tuple(names)):
                 d = cls()
                 up = d.update
+                k0, k1 = keys
                 for a, b in vals:
-                    up(a, b)
+                    up(**{k0: a, k1: b})
             t = per_call(run, list(zip(*cols)))
         ratio_ph = t / ph
         res["detector_update_ratio_vs_PageHinkley"][name] = round(ratio_ph, 2)
@@ -140,10 +142,10 @@ def main(argv: list[str] | None = None) -> dict:
     res["layers_1000_layervalues_us"] = tn * 1e6
 
     def loop(rows_):
-        dets = [ts.EWMASpike(direction="down", kind="vanishing_gradient", signal=n) for n in names]
+        dets = [ts.EWMASpike(direction="down", kind="vanishing_gradient", signal="grad_norm") for _ in names]
         for r in rows_:
             for d, v in zip(dets, r.values()):
-                d.update(v)
+                d.update(grad_norm=v)
     tl = per_call(loop, rows, repeat=2)
     res["layers_1000_vectorised_us"] = tv * 1e6
     res["layers_1000_python_loop_us"] = tl * 1e6

@@ -177,7 +177,7 @@ def time_variant(make: Callable[[], nn.Module], x: torch.Tensor, y: torch.Tensor
         elif variant == "lightning":
             sink = ({k: float(v) for k, v in lightning_grad_norm(model, 2).items()}, loss.item())
         elif variant == "foreach":
-            norms = torch._foreach_norm([p.grad for p in params if p.grad is not None])
+            norms = torch._foreach_norm([p.grad for p in params if p.grad is not None])  # noqa: SLF001 - torch's fused multi-tensor norm has no public name
             sink = torch.stack([loss.detach(), *norms]).tolist()
         else:
             sink = loss.detach()

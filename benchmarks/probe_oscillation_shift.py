@@ -91,7 +91,7 @@ def main(argv: list[str]) -> None:
             label = _oscillation_stats(c.loss, on, min(w, n - 1 - on))[0]
             got = [rl for _, rl, rg, rlr in ratios(c, on, on + w + 1)
                    if rlr >= det.lr_rise or det.grad_shift <= rg < np.inf]
-            fires = [e.step for e in Oscillation().scan(c.loss, c.grad_norm, c.lr, steps=c.steps)
+            fires = [e.step for e in Oscillation().scan(loss=c.loss, grad_norm=c.grad_norm, lr=c.lr, steps=c.steps)
                      if e.kind == Kind.OSCILLATION]
             print(f"  {c.name:28s} label ratio {label:5.2f}  largest {max(got, default=0.0):6.2f}  "
                   f"new ground {'yes' if new_ground(c.lr, on + 2, det.lr_rise) else 'no ':3s}  fires at {fires}")

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import trainsignals as ts
+
+# `python -m pytest` (as .ci/run runs it) puts the checkout's root on sys.path, where the labeled
+# runs' folder `datasets/` imports as a namespace package and passes for Hugging Face `datasets`
+# (transformers then fails on `datasets.Dataset`). The package is installed: the root is not needed.
+_ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
 
 
 def failing_stream(n: int = 600, seed: int = 0) -> np.ndarray:
@@ -24,8 +32,8 @@ def failing_stream(n: int = 600, seed: int = 0) -> np.ndarray:
     return x
 
 
-def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> list[np.ndarray]:
-    """One array per signal the detector reads."""
+def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, np.ndarray]:
+    """One array per input the detector reads, by input name."""
     rng = np.random.default_rng(seed + 1)
     loss = failing_stream(n, seed)
     if isinstance(det, ts.CUSUMPlateau):
@@ -34,30 +42,30 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> list[np.nda
         g = np.exp(rng.normal(0, 0.05, n))
         g[250:] *= 0.1
         g[::9] = np.nan
-        return [x, g]
+        return {"loss": x, "grad_norm": g}
     if isinstance(det, ts.Oscillation):  # the learning rate rises 3x at 300, with gaps
         grad = np.exp(rng.normal(0, 0.1, n))
         grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
         lr = np.where(np.arange(n) < 300, 1e-3, 3e-3)
         lr[::11] = np.nan
-        return [loss, grad, lr]
-    if det.signals == ("loss", "grad_norm"):
+        return {"loss": loss, "grad_norm": grad, "lr": lr}
+    if isinstance(det, ts.LossGradCoupling):
         grad = np.exp(rng.normal(0, 0.1, n))
         grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
-        return [loss, grad]
+        return {"loss": loss, "grad_norm": grad}
     if isinstance(det, ts.LRAnomaly):
         lr = np.full(n, 1e-3)
         lr[200:] = 0.1
         lr[400:] = 1e-6
-        return [lr]
+        return {"lr": lr}
     if isinstance(det, ts.UpdateRatioBand):
         r = 3e-4 * np.exp(rng.normal(0, 0.2, n))
         r[250:320] = 0.3
         r[450:] = 1e-8
         lr = np.full(n, 1e-3)
         lr[::7] = np.nan
-        return [r, lr]
-    return [loss]
+        return {"update_ratio": r, "lr": lr}
+    return {det.inputs[0].name: loss}
 
 
 SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
@@ -78,3 +86,12 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
 @pytest.fixture(params=sorted(SCALAR_FACTORIES))
 def scalar_detector(request: pytest.FixtureRequest) -> Any:
     return SCALAR_FACTORIES[request.param]()
+
+
+def feed(det: Any, arrays: dict[str, np.ndarray], start: int = 0, stop: int | None = None) -> list[ts.Event]:
+    """Feed ``det.update`` step by step with the arrays' values (keywords by input name)."""
+    out: list[ts.Event] = []
+    stop = len(next(iter(arrays.values()))) if stop is None else stop
+    for t in range(start, stop):
+        out.extend(det.update(step=t, **{k: float(a[t]) for k, a in arrays.items()}))
+    return out

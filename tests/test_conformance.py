@@ -1,15 +1,23 @@
-"""Generic checks every detector must pass (repr, clone, pickle, state, reset, NaN, config)."""
+"""Generic checks every detector must pass (repr, clone, pickle, state, reset, NaN, config).
+
+``trainsignals.testing.check_detector`` holds the checks; it runs here over every detector
+class found in the package, so a new class cannot skip them.
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
+import pkgutil
 
 import numpy as np
 import pytest
-from conftest import SCALAR_FACTORIES, scalar_streams
+from conftest import SCALAR_FACTORIES, feed, scalar_streams
 
 import trainsignals as ts
+import trainsignals.detectors
+from trainsignals.testing import check_detector
 
 
 def same(a, b):
@@ -17,14 +25,50 @@ def same(a, b):
     return [e.to_dict() for e in a] == [e.to_dict() for e in b]
 
 
-def feed(det, arrays, start=0, stop=None):
-    out = []
-    stop = len(arrays[0]) if stop is None else stop
-    for t in range(start, stop):
-        ev = det.update(*(float(a[t]) for a in arrays), step=t)
-        if ev is not None:
-            out.append(ev)
-    return out
+def _all_detector_classes() -> list[type]:
+    for mod in pkgutil.iter_modules(trainsignals.detectors.__path__):
+        importlib.import_module(f"trainsignals.detectors.{mod.name}")
+    found, todo = set(), [ts.Detector]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("trainsignals.") and sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return sorted(found, key=lambda c: c.__name__)
+
+
+ALL_CLASSES = _all_detector_classes()
+
+
+def test_every_detector_module_class_is_found():
+    names = {c.__name__ for c in ALL_CLASSES}
+    assert {"EWMASpike", "TrainValGap", "LayerGradCliff", "ActivationHealth", "NonFinite"} <= names
+    assert len(names) >= 13
+
+
+@pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
+def test_check_detector_passes_for_every_class(cls):
+    check_detector(cls)
+
+
+@pytest.mark.parametrize("name", sorted(SCALAR_FACTORIES))
+def test_check_detector_passes_on_streams_that_make_it_fire(name):
+    det = SCALAR_FACTORIES[name]()
+    check_detector(SCALAR_FACTORIES[name], scalar_streams(det))
+
+
+class Forgetful(ts.EWMASpike):
+    """A detector whose state dict loses its mean: resuming cannot be identical."""
+
+    def _get_state(self):
+        st = super()._get_state()
+        st["mean"] = 0.0
+        return st
+
+
+def test_check_detector_catches_a_broken_detector():
+    with pytest.raises(AssertionError, match="resumed"):
+        check_detector(Forgetful)
 
 
 def test_fires_on_the_failing_stream(scalar_detector):
@@ -81,26 +125,32 @@ def test_reset_equals_fresh(scalar_detector):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_nonfinite_leaves_statistics_untouched(scalar_detector, bad):
     arrays = scalar_streams(scalar_detector)
+    first = scalar_detector.inputs[0].name
+    if bad < 0 and ts.SIGNALS[first].nonneg:
+        with pytest.raises(ValueError, match=first):  # impossible, not merely non-finite
+            scalar_detector.update(**{first: bad})
+        return
     feed(scalar_detector, arrays, 0, 100)
     before = scalar_detector.state_dict()
-    args = [bad] + [float(a[100]) for a in arrays[1:]]
-    ev = scalar_detector.update(*args, step=100)
+    ev = scalar_detector.update(step=100, **{k: (bad if k == first else float(a[100])) for k, a in arrays.items()})
     after = scalar_detector.state_dict()
     before["state"]["last_step"] = after["state"]["last_step"]
     if isinstance(scalar_detector, ts.NonFinite):
-        assert ev is not None and ev.kind is ts.Kind.NONFINITE and ev.severity == "critical"
+        assert len(ev) == 1 and ev[0].kind is ts.Kind.NONFINITE and ev[0].severity == "critical"
         assert after["state"]["bad"] is True
     else:
-        assert ev is None
+        assert ev == []
         assert after == before
 
 
 def test_type_errors_name_the_signal(scalar_detector):
-    args = ["x"] + [1.0] * (len(scalar_detector.signals) - 1)
-    with pytest.raises(TypeError, match=scalar_detector.signals[0]):
-        scalar_detector.update(*args)
+    names = [i.name for i in scalar_detector.inputs]
+    with pytest.raises(TypeError, match=names[0]):
+        scalar_detector.update(**{n: ("x" if n == names[0] else 1.0) for n in names})
+    with pytest.raises(TypeError, match="unknown"):
+        scalar_detector.update(**{n: 1.0 for n in names}, not_a_signal=1.0)
     with pytest.raises(TypeError):
-        scalar_detector.update(*([1.0] * (len(scalar_detector.signals) + 1)))
+        scalar_detector.update(1.0)  # keyword-only: the binding is by name
 
 
 def test_foreign_state_is_refused(scalar_detector):
@@ -162,19 +212,20 @@ def test_vector_detectors_state_and_pickle():
     norms = np.exp(rng.normal(0, 0.2, (300, 6)))
     norms[150:, 0] *= 1e-5
     det = ts.LayerGradCliff()
-    evs = [det.update({f"l{j}": v for j, v in enumerate(row)}, step=t) for t, row in enumerate(norms[:100])]
+    evs = [det.update(layer_grad_norms={f"l{j}": v for j, v in enumerate(row)}, step=t)
+           for t, row in enumerate(norms[:100])]
     snap = json.loads(json.dumps(det.state_dict()))
     twin = ts.LayerGradCliff()
     twin.load_state_dict(snap)
     again = pickle.loads(pickle.dumps(det))
-    rest = [[d.update({f"l{j}": v for j, v in enumerate(row)}, step=100 + t) for t, row in enumerate(norms[100:])]
-            for d in (det, twin, again)]
+    rest = [[d.update(layer_grad_norms={f"l{j}": v for j, v in enumerate(row)}, step=100 + t)
+             for t, row in enumerate(norms[100:])] for d in (det, twin, again)]
     assert rest[0] == rest[1] == rest[2]
-    fired = [e for e in rest[0] if e]
+    fired = [e for evl in rest[0] for e in evl]
     assert fired and fired[0].layer == "l0" and fired[0].kind is ts.Kind.VANISHING_GRADIENT
     assert not any(evs)
     with pytest.raises(ValueError, match="layers changed"):
-        det.update({"other": 1.0})
+        det.update(layer_grad_norms={"other": 1.0})
 
 
 def _vector_cases():
@@ -196,21 +247,24 @@ def _vector_cases():
     val = {s: float(np.exp(-s / 300) + (0.002 * (s - 150) if s > 150 else 0)) for s in range(0, n, 20)}
     return [
         ("LayerGradCliff", ts.LayerGradCliff,
-         lambda d, t: d.update({k: float(v) for k, v in zip(names, norms[t])}, step=t),
-         lambda d, lo, hi: d.scan({k: norms[lo:hi, j] for j, k in enumerate(names)}, steps=np.arange(lo, hi))),
+         lambda d, t: d.update(layer_grad_norms={k: float(v) for k, v in zip(names, norms[t])}, step=t),
+         lambda d, lo, hi: d.scan(layer_grad_norms={k: norms[lo:hi, j] for j, k in enumerate(names)},
+                                  steps=np.arange(lo, hi))),
         ("LayerUpdateRatio", ts.LayerUpdateRatio,
-         lambda d, t: d.update({k: float(v) for k, v in zip(names, ratios[t])}, step=t),
-         lambda d, lo, hi: d.scan({k: ratios[lo:hi, j] for j, k in enumerate(names)}, steps=np.arange(lo, hi))),
+         lambda d, t: d.update(layer_update_ratios={k: float(v) for k, v in zip(names, ratios[t])}, step=t),
+         lambda d, lo, hi: d.scan(layer_update_ratios={k: ratios[lo:hi, j] for j, k in enumerate(names)},
+                                  steps=np.arange(lo, hi))),
         ("ActivationHealth", ts.ActivationHealth,
-         lambda d, t: d.update({"relu": {"dead_frac": float(dead[t]), "saturation": 0.0},
-                                "tanh": {"dead_frac": 0.0, "saturation": float(sat[t])}}, step=t),
-         lambda d, lo, hi: d.scan({"relu": {"dead_frac": dead[lo:hi], "saturation": np.zeros(hi - lo)},
-                                   "tanh": {"dead_frac": np.zeros(hi - lo), "saturation": sat[lo:hi]}},
+         lambda d, t: d.update(activations={"relu": {"dead_frac": float(dead[t]), "saturation": 0.0},
+                                            "tanh": {"dead_frac": 0.0, "saturation": float(sat[t])}}, step=t),
+         lambda d, lo, hi: d.scan(activations={"relu": {"dead_frac": dead[lo:hi], "saturation": np.zeros(hi - lo)},
+                                               "tanh": {"dead_frac": np.zeros(hi - lo), "saturation": sat[lo:hi]}},
                                   steps=np.arange(lo, hi))),
         ("TrainValGap", ts.TrainValGap,
-         lambda d, t: d.update(float(loss[t]), val.get(t), step=t),
-         lambda d, lo, hi: d.scan(loss[lo:hi], (np.array([s for s in val if lo <= s < hi], dtype=np.int64),
-                                                np.array([val[s] for s in val if lo <= s < hi])),
+         lambda d, t: d.update(loss=float(loss[t]), val_loss=val.get(t), step=t),
+         lambda d, lo, hi: d.scan(loss=loss[lo:hi],
+                                  val_loss=(np.array([s for s in val if lo <= s < hi], dtype=np.int64),
+                                            np.array([val[s] for s in val if lo <= s < hi])),
                                   steps=np.arange(lo, hi))),
     ]
 

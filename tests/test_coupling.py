@@ -42,7 +42,7 @@ def learning(seed: int):
 
 
 def collapses(loss, grad):
-    return [e for e in LossGradCoupling().scan(loss, grad) if e.kind == Kind.SILENT_COLLAPSE]
+    return [e for e in LossGradCoupling().scan(loss=loss, grad_norm=grad) if e.kind == Kind.SILENT_COLLAPSE]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -64,12 +64,12 @@ def test_an_early_collapse_is_reported_once_even_past_lag(seed):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_a_learning_run_stays_quiet(seed):
-    assert LossGradCoupling().scan(*learning(seed)) == []
+    assert LossGradCoupling().scan(**dict(zip(("loss", "grad_norm"), learning(seed)))) == []
 
 
 def test_zeros_before_any_positive_value_are_skipped():
     det = LossGradCoupling()
-    assert [det.update(0.0, 0.0) for _ in range(5)] == [None] * 5
+    assert [det.update(loss=0.0, grad_norm=0.0) for _ in range(5)] == [[]] * 5
     assert det.state_dict()["state"]["n"] == 0
 
 
@@ -84,8 +84,8 @@ def test_negative_values_are_skipped_not_floored():
 def test_scan_and_streaming_agree_on_zeros(seed):
     loss, grad = collapsing(seed, zero_grad=True)
     a, b = LossGradCoupling(), LossGradCoupling()
-    ea = a.scan(loss, grad)
-    eb = [e for x, g in zip(loss.tolist(), grad.tolist()) if (e := b.update(x, g)) is not None]
+    ea = a.scan(loss=loss, grad_norm=grad)
+    eb = [e for x, g in zip(loss.tolist(), grad.tolist()) for e in b.update(loss=x, grad_norm=g)]
     assert [(e.step, e.onset_step, e.value) for e in ea] == [(e.step, e.onset_step, e.value) for e in eb]
     assert a.state_dict() == b.state_dict()
 

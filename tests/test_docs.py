@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +111,9 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     shadow = sys.modules.get("datasets")
     if shadow is not None and getattr(shadow, "__file__", None) is None:
         monkeypatch.delitem(sys.modules, "datasets")
-    namespace: dict = {"__name__": "__docs__"}
+    module = types.ModuleType("__docs__")  # a real module: classes defined in a page pickle by reference
+    monkeypatch.setitem(sys.modules, "__docs__", module)
+    namespace: dict = module.__dict__
     out = io.StringIO()
     for block in code_blocks(path):
         if not block.runs:

@@ -18,9 +18,9 @@ def ratios(seed: int, n: int = 600, layers: int = 6) -> np.ndarray:
 @pytest.mark.parametrize("seed", range(5))
 def test_a_frozen_layer_is_named_once_and_healthy_layers_stay_quiet(seed: int) -> None:
     r = ratios(seed)
-    assert ts.LayerUpdateRatio().scan(r) == []                 # healthy: quiet
+    assert ts.LayerUpdateRatio().scan(layer_update_ratios=r) == []                 # healthy: quiet
     r[300:, 2] = 0.0                                           # one layer frozen
-    evs = ts.LayerUpdateRatio().scan(r)
+    evs = ts.LayerUpdateRatio().scan(layer_update_ratios=r)
     assert [(e.kind, e.layer) for e in evs] == [(ts.Kind.UPDATE_RATIO_LOW, "layer2")]
     assert 300 <= evs[0].step <= 302 and evs[0].onset_step < evs[0].step
 
@@ -31,11 +31,11 @@ def test_a_network_that_stops_is_not_one_violent_layer(seed: int) -> None:
     # "far above the median layer" only because the median collapsed
     r = ratios(seed)
     r[300:, 1:] = 0.0
-    evs = ts.LayerUpdateRatio().scan(r)
+    evs = ts.LayerUpdateRatio().scan(layer_update_ratios=r)
     assert not [e for e in evs if e.kind is ts.Kind.UPDATE_RATIO_HIGH]
     # and the same on the streaming path
     det = ts.LayerUpdateRatio()
-    streamed = [e for t, row in enumerate(r) if (e := det.update(row, step=t)) is not None]
+    streamed = [e for t, row in enumerate(r) for e in det.update(layer_update_ratios=row, step=t)]
     assert [(e.kind, e.step, e.layer) for e in streamed] == [(e.kind, e.step, e.layer) for e in evs]
 
 
@@ -43,7 +43,7 @@ def test_a_network_that_stops_is_not_one_violent_layer(seed: int) -> None:
 def test_one_layer_blowing_up_is_named(seed: int) -> None:
     r = ratios(seed)
     r[400:, 4] *= 1e3
-    evs = ts.LayerUpdateRatio().scan(r)
+    evs = ts.LayerUpdateRatio().scan(layer_update_ratios=r)
     assert [(e.kind, e.layer) for e in evs] == [(ts.Kind.UPDATE_RATIO_HIGH, "layer4")]
     assert 400 <= evs[0].step <= 405
 

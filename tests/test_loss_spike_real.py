@@ -20,25 +20,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainsignals._monitor import _DEFAULTS
 from trainsignals.bench import default_window
 from trainsignals.curves import load_suite
 from trainsignals.detectors import EWMASpike, GuardedEWMASpike
+from trainsignals.suite import default_settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_scan_equivalence import close_events, close_state  # noqa: E402
 
 
 def loss_events(curve, **kw):
-    cfg = {**_DEFAULTS["loss_spike"], **kw}
-    return [e for e in EWMASpike(**cfg).scan(curve.loss, steps=curve.steps) if e.severity != "info"]
+    cfg = {**default_settings("loss_spike"), **kw}
+    return [e for e in EWMASpike(**cfg).scan(loss=curve.loss, steps=curve.steps) if e.severity != "info"]
 
 
 def grad_events(curve, **kw):
     if curve.grad_norm is None:
         return []
-    cfg = {**_DEFAULTS["grad_explosion"], **kw}
-    return [e for e in GuardedEWMASpike(**cfg).scan(curve.grad_norm, curve.loss, steps=curve.steps)
+    cfg = {**default_settings("grad_explosion"), **kw}
+    return [e for e in GuardedEWMASpike(**cfg).scan(grad_norm=curve.grad_norm, loss=curve.loss, steps=curve.steps)
             if e.severity != "info"]
 
 
@@ -90,11 +90,11 @@ def test_real_gradient_explosions_are_still_caught(real):
 def test_scan_equals_streaming_on_real_runs(real):
     names = {"loss_spike", "healthy", "grad_explosion", "divergence"}
     for curve in [c for c in real if c.kind in names][::4]:
-        ref = EWMASpike(**_DEFAULTS["loss_spike"])
+        ref = EWMASpike(**default_settings("loss_spike"))
         streamed = [e for x, s in zip(curve.loss.tolist(), curve.steps.tolist())
-                    if (e := ref.update(x, step=s)) is not None]
-        det = EWMASpike(**_DEFAULTS["loss_spike"])
-        batched = det.scan(curve.loss, steps=curve.steps)
+                    for e in ref.update(loss=x, step=s)]
+        det = EWMASpike(**default_settings("loss_spike"))
+        batched = det.scan(loss=curve.loss, steps=curve.steps)
         assert close_events(streamed, batched), curve.name
         assert close_state(ref.state_dict(), det.state_dict()), curve.name
 
@@ -111,11 +111,11 @@ def test_peak_rule_scan_equals_streaming(direction, seed):
     cut = sorted(rng.choice(np.arange(1, n), 4, replace=False).tolist())
     kw = dict(direction=direction, peak_window=int(rng.choice([1, 30, 100])))
     ref = EWMASpike(**kw)
-    streamed = [e for t in range(n) if (e := ref.update(float(x[t]), step=t)) is not None]
+    streamed = [e for t in range(n) for e in ref.update(loss=float(x[t]), step=t)]
     det = EWMASpike(**kw)
     batched = []
     for lo, hi in zip([0, *cut], [*cut, n]):
-        batched += det.scan(x[lo:hi], steps=np.arange(lo, hi))
+        batched += det.scan(loss=x[lo:hi], steps=np.arange(lo, hi))
     assert any("largest" in e.message or "smallest" in e.message for e in streamed)
     assert close_events(streamed, batched)
     assert close_state(ref.state_dict(), det.state_dict())
@@ -124,12 +124,12 @@ def test_peak_rule_scan_equals_streaming(direction, seed):
 def test_peak_rule_state_round_trips():
     x = 0.05 * np.exp(0.8 * np.random.default_rng(0).standard_t(2, 400))
     det = EWMASpike(peak_window=50)
-    det.scan(x)
+    det.scan(loss=x)
     clone = EWMASpike(peak_window=50)
     clone.load_state_dict(det.state_dict())
     assert clone.state_dict() == det.state_dict()
     spike = 20.0 * float(x[-50:].max())
-    assert [e.step for e in det.scan([spike], steps=[400])] == [e.step for e in clone.scan([spike], steps=[400])]
+    assert [e.step for e in det.scan(loss=[spike], steps=[400])] == [e.step for e in clone.scan(loss=[spike], steps=[400])]
 
 
 @pytest.mark.parametrize("kw, name", [

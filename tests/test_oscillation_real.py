@@ -33,7 +33,7 @@ def grad_of(curve) -> np.ndarray:
 
 def events(curve, with_lr: bool = False, **kw):
     lr = curve.lr if with_lr else None
-    return [e for e in Oscillation(**kw).scan(curve.loss, grad_of(curve), lr) if e.kind == Kind.OSCILLATION]
+    return [e for e in Oscillation(**kw).scan(loss=curve.loss, grad_norm=grad_of(curve), lr=lr) if e.kind == Kind.OSCILLATION]
 
 
 def caught(curve, with_lr: bool = False, **kw) -> bool:
@@ -97,9 +97,9 @@ def test_scan_matches_streaming_on_real_runs(real, with_lr):
         g = grad_of(c)
         lr = c.lr if with_lr and c.lr is not None else np.full(len(c.loss), np.nan)
         a = Oscillation()
-        ea = a.scan(c.loss, g, lr)
+        ea = a.scan(loss=c.loss, grad_norm=g, lr=lr)
         b = Oscillation()
-        eb = [e for x, gg, r in zip(c.loss.tolist(), g.tolist(), lr.tolist()) if (e := b.update(x, gg, r)) is not None]
+        eb = [e for x, gg, r in zip(c.loss.tolist(), g.tolist(), lr.tolist()) for e in b.update(loss=x, grad_norm=gg, lr=r)]
         assert [(e.step, e.onset_step, e.value, e.message) for e in ea] == \
             [(e.step, e.onset_step, e.value, e.message) for e in eb], c.name
         assert close_state(a.state_dict(), b.state_dict()), c.name

@@ -44,7 +44,7 @@ def run(seed: int, lift: float = 4.0, grad_level: float = 1.0, grad_swing: float
 
 def regime_events(loss, grad):
     det = Oscillation()
-    return [e for e in det.scan(loss, grad) if e.kind == Kind.OSCILLATION and e.threshold in (det.shift, det.lr_shift)]
+    return [e for e in det.scan(loss=loss, grad_norm=grad) if e.kind == Kind.OSCILLATION and e.threshold in (det.shift, det.lr_shift)]
 
 
 def within(evs, lo=ONSET, hi=ONSET + 100):
@@ -78,8 +78,8 @@ def test_the_monitor_reports_it_as_oscillation(seed):
 def test_streaming_gives_the_scan_events(seed):
     loss, g = run(seed, grad_swing=2.0)
     a, b = Oscillation(), Oscillation()
-    ea = a.scan(loss, g)
-    eb = [e for x, gg in zip(loss.tolist(), g.tolist()) if (e := b.update(x, gg)) is not None]
+    ea = a.scan(loss=loss, grad_norm=g)
+    eb = [e for x, gg in zip(loss.tolist(), g.tolist()) for e in b.update(loss=x, grad_norm=gg)]
     assert [(e.step, e.onset_step, e.value) for e in ea] == [(e.step, e.onset_step, e.value) for e in eb]
 
 
@@ -98,7 +98,7 @@ def lr_run(seed: int, lift: float = 4.0, lr_jump: float = 3.0, kick: bool = True
 
 def lr_regime_events(loss, grad, lr=None):
     det = Oscillation()
-    return [e for e in det.scan(loss, grad, lr) if e.kind == Kind.OSCILLATION and e.threshold in (det.shift, det.lr_shift)]
+    return [e for e in det.scan(loss=loss, grad_norm=grad, lr=lr) if e.kind == Kind.OSCILLATION and e.threshold in (det.shift, det.lr_shift)]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -126,7 +126,7 @@ def test_a_warm_restart_stays_quiet(seed):
     lr = 0.05 * 0.5 * (1 + np.cos(np.pi * phase / 200)) + 1e-4
     loss = (1.5 * np.exp(-t / 250) + 0.2) * (1 + 0.6 * np.exp(-phase / 30) * (t >= 200)) * np.exp(rng.normal(0, 0.1, N))
     grad = np.exp(rng.normal(0, 0.2, N)) * (1 + np.exp(-phase / 30))
-    assert Oscillation().scan(loss, grad, lr) == []
+    assert Oscillation().scan(loss=loss, grad_norm=grad, lr=lr) == []
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -145,8 +145,8 @@ def test_a_learning_rate_jump_arms_the_watch_when_the_grad_norm_does_not_move(se
 def test_streaming_gives_the_scan_events_with_a_learning_rate(seed, kick):
     loss, g, lr = lr_run(seed, kick=kick)
     a, b = Oscillation(), Oscillation()
-    ea = a.scan(loss, g, lr)
-    eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) if (e := b.update(x, gg, r)) is not None]
+    ea = a.scan(loss=loss, grad_norm=g, lr=lr)
+    eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) for e in b.update(loss=x, grad_norm=gg, lr=r)]
     assert [(e.step, e.onset_step, e.value, e.message) for e in ea] == \
         [(e.step, e.onset_step, e.value, e.message) for e in eb]
     assert close_state(a.state_dict(), b.state_dict())
@@ -200,8 +200,8 @@ def test_streaming_gives_the_scan_events_when_the_learning_rate_appears_late(see
     if not fresh:
         lr[200:260] = lr[-1]   # the raised rate, used once before
     a, b = Oscillation(), Oscillation()
-    ea = a.scan(loss, g, lr)
-    eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) if (e := b.update(x, gg, r)) is not None]
+    ea = a.scan(loss=loss, grad_norm=g, lr=lr)
+    eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) for e in b.update(loss=x, grad_norm=gg, lr=r)]
     assert [(e.step, e.threshold, e.message) for e in ea] == [(e.step, e.threshold, e.message) for e in eb]
     assert close_state(a.state_dict(), b.state_dict())
     assert a.state_dict()["state"]["lr_new"] is fresh

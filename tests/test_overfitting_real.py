@@ -35,7 +35,7 @@ def has_val(curve) -> bool:
 
 def events(curve, **kw):
     det = TrainValGap(**kw)
-    return [e for e in det.scan(curve.loss, (curve.val_steps, curve.val_loss)) if e.kind == Kind.OVERFITTING]
+    return [e for e in det.scan(loss=curve.loss, val_loss=(curve.val_steps, curve.val_loss)) if e.kind == Kind.OVERFITTING]
 
 
 def caught(curve, **kw) -> bool:
@@ -114,10 +114,10 @@ def test_the_event_names_the_best_validation_and_the_route(real):
 def test_scan_matches_update_on_real_runs(real, kind):
     for c in of_kind(real, kind)[:6]:
         batch = TrainValGap()
-        got = batch.scan(c.loss, (c.val_steps, c.val_loss))
+        got = batch.scan(loss=c.loss, val_loss=(c.val_steps, c.val_loss))
         stream = TrainValGap()
         val = dict(zip(c.val_steps.tolist(), c.val_loss.tolist()))
-        want = [e for s, x in enumerate(c.loss.tolist()) if (e := stream.update(x, val.get(s), step=s))]
+        want = [e for s, x in enumerate(c.loss.tolist()) for e in stream.update(loss=x, val_loss=val.get(s), step=s)]
         assert [(e.step, e.onset_step, e.message) for e in got] == [(e.step, e.onset_step, e.message) for e in want]
         assert close_state(batch.state_dict(), stream.state_dict())
 
@@ -127,8 +127,9 @@ def plateau_then(tail, **kw):
     vals = [1.0, 0.8, 0.6, 0.5] + [0.5 * x for x in tail]
     val = {100 * (i + 1): v for i, v in enumerate(vals)}
     det = TrainValGap(**kw)
-    evs = [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 100 * len(vals) + 1, 10)]
-    return [(e.step, e.onset_step) for e in evs if e]
+    evs = [e for s in range(0, 100 * len(vals) + 1, 10)
+           for e in det.update(loss=1.0 / (1 + s / 100), val_loss=val.get(s), step=s)]
+    return [(e.step, e.onset_step) for e in evs]
 
 
 def test_the_trend_test_uses_the_student_t_critical_value_of_its_degrees_of_freedom():
@@ -179,7 +180,7 @@ def stepped_run(seed: int, train_drop: float, lift: float = 1.7, n_val: int = 24
 @pytest.mark.parametrize("seed", range(6))
 def test_a_jump_onto_a_higher_level_while_the_train_loss_collapses_is_caught(seed):
     loss, val = stepped_run(seed, train_drop=50.0)
-    evs = [e for e in TrainValGap().scan(loss, val) if e.kind == Kind.OVERFITTING]
+    evs = [e for e in TrainValGap().scan(loss=loss, val_loss=val) if e.kind == Kind.OVERFITTING]
     assert evs, "missed"
     assert evs[0].onset_step == 500 and evs[0].step <= 500 + 6 * 50
 
@@ -189,14 +190,14 @@ def test_the_same_jump_while_the_train_loss_creeps_is_left_alone(seed):
     # a validation bump while the train loss falls 20 %: a meander a healthy run takes back,
     # not a gap that widened by 1 / (1 - climb_train_fall)
     loss, val = stepped_run(seed, train_drop=1.25)
-    assert [e.step for e in TrainValGap().scan(loss, val) if "on a level above" in e.message] == []
+    assert [e.step for e in TrainValGap().scan(loss=loss, val_loss=val) if "on a level above" in e.message] == []
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_level_step_fires_where_the_other_routes_are_silent(seed):
     loss, val = stepped_run(seed, train_drop=50.0)
-    evs = TrainValGap().scan(loss, val)
-    others = TrainValGap(climb=10**9).scan(loss, val)   # the memorisation climb off
+    evs = TrainValGap().scan(loss=loss, val_loss=val)
+    others = TrainValGap(climb=10**9).scan(loss=loss, val_loss=val)   # the memorisation climb off
     first = min(e.step for e in evs)
     assert "on a level above" in evs[0].message
     assert all(e.step > first for e in others if "on a level above" not in e.message)
@@ -227,18 +228,18 @@ def twice_run(seed: int, comes_back: bool = True):
 def test_an_overfit_taken_back_then_resumed_is_reported_again(seed):
     # once the validation loss comes back at least halfway from the rise the first alarm
     # reported, that rise was taken back: the second climb, which never beats the best, is news
-    steps = [e.step for e in TrainValGap().scan(*twice_run(seed)) if e.kind == Kind.OVERFITTING]
+    steps = [e.step for e in TrainValGap().scan(**dict(zip(("loss", "val_loss"), twice_run(seed)))) if e.kind == Kind.OVERFITTING]
     assert len(steps) == 2 and 500 < steps[0] <= 800 and 1100 < steps[1] <= 1500, steps
-    stays = [e.step for e in TrainValGap().scan(*twice_run(seed, comes_back=False)) if e.kind == Kind.OVERFITTING]
+    stays = [e.step for e in TrainValGap().scan(**dict(zip(("loss", "val_loss"), twice_run(seed, comes_back=False)))) if e.kind == Kind.OVERFITTING]
     assert len(stays) == 1 and 500 < stays[0] <= 800, stays
 
 
 def test_streaming_rearms_like_the_scan():
     loss, (vs, vals) = twice_run(0)
     a, b = TrainValGap(), TrainValGap()
-    ea = a.scan(loss, (vs, vals))
+    ea = a.scan(loss=loss, val_loss=(vs, vals))
     val_at = dict(zip(vs.tolist(), vals.tolist()))
-    eb = [e for s, x in enumerate(loss.tolist()) if (e := b.update(x, val_at.get(s), step=s)) is not None]
+    eb = [e for s, x in enumerate(loss.tolist()) for e in b.update(loss=x, val_loss=val_at.get(s), step=s)]
     assert [(e.step, e.onset_step, e.message) for e in ea] == [(e.step, e.onset_step, e.message) for e in eb]
     assert len(ea) == 2
     assert close_state(a.state_dict(), b.state_dict())
@@ -252,5 +253,5 @@ def test_a_climb_inside_a_wide_earlier_wobble_is_reported_once():
     vs = np.arange(1, 21) * 50
     val = np.array([0.56, 0.40, 0.275, 0.434, 0.404, 0.252] + [0.252 * (1.16 + 0.006 * k) for k in range(14)])
     val[6:9] = 0.252 * np.array([1.08, 1.13, 1.16])
-    evs = [e for e in TrainValGap().scan(train, (vs, val)) if e.kind == Kind.OVERFITTING]
+    evs = [e for e in TrainValGap().scan(loss=train, val_loss=(vs, val)) if e.kind == Kind.OVERFITTING]
     assert len(evs) == 1 and evs[0].onset_step == 300, [e.step for e in evs]

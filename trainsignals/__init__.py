@@ -8,16 +8,25 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ._events import DISTRIBUTED_KINDS, Event, Kind, TrainingFailure  # noqa: E402
+from ._events import (  # noqa: E402
+    DISTRIBUTED_KINDS,
+    Event,
+    Kind,
+    TrainingFailure,
+    make_event,  # noqa: E402
+)
 from ._layers import LayerValues  # noqa: E402
 from ._monitor import STATUSES, Monitor, scan  # noqa: E402
 from ._recorder import Recorder  # noqa: E402
+from ._validate import check_range  # noqa: E402
 from .detectors import (  # noqa: E402
     ActivationHealth,
     CUSUMPlateau,
     Detector,
     DetectorProtocol,
     EWMASpike,
+    GuardedEWMASpike,
+    Input,
     LayerGradCliff,
     LayerUpdateRatio,
     LossGradCoupling,
@@ -28,6 +37,8 @@ from .detectors import (  # noqa: E402
     TrainValGap,
     UpdateRatioBand,
 )
+from .signals import SIGNALS  # noqa: E402
+from .suite import default_suite  # noqa: E402
 
 __all__ = [
     "ActivationHealth",
@@ -37,6 +48,12 @@ __all__ = [
     "DetectorProtocol",
     "EWMASpike",
     "Event",
+    "GuardedEWMASpike",
+    "Input",
+    "SIGNALS",
+    "check_range",
+    "default_suite",
+    "make_event",
     "Kind",
     "LRAnomaly",
     "LayerGradCliff",

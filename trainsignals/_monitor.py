@@ -8,6 +8,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -15,75 +16,19 @@ import numpy as np
 from . import __version__
 from ._events import Event, Kind, check_kinds
 from ._recorder import Recorder
-from ._validate import check_range, to_float, to_step
-from .detectors import (
-    ActivationHealth,
-    CUSUMPlateau,
-    EWMASpike,
-    GuardedEWMASpike,
-    LayerGradCliff,
-    LayerUpdateRatio,
-    LossGradCoupling,
-    LRAnomaly,
-    NonFinite,
-    Oscillation,
-    SlopeDivergence,
-    TrainValGap,
-    UpdateRatioBand,
-)
-from .detectors._base import _as_1d, _jsonable
-from .detectors.layer_cliff import as_matrix, as_named_vector
-from .detectors.train_val_gap import sparse_pair
+from ._validate import check_range, to_step
+from .detectors._base import Detector, _jsonable
+from .signals import SIGNALS, Column, column, dense_values, layers, scalar
+from .signals import activations as _activations
+from .status import RANK, STATUSES, state_of
+from .suite import default_suite
 
 __all__ = ["Monitor", "STATUSES", "scan"]
 
-STATUSES = ("warming_up", "healthy", "stalled", "oscillating", "diverging")
-
-#: Which kinds put the run in which failed state (worst first).
-_STATE_OF: dict[Kind, str] = {
-    Kind.NONFINITE: "diverging",
-    Kind.DIVERGENCE: "diverging",
-    Kind.GRAD_EXPLOSION: "diverging",
-    Kind.OSCILLATION: "oscillating",
-    Kind.STALL: "stalled",
-}
-_RANK = {"diverging": 3, "oscillating": 2, "stalled": 1}
-
-# name -> (factory, the signals it reads). Order = order of events within a step.
-_SUITE: tuple[tuple[str, type, tuple[str, ...]], ...] = (
-    ("nonfinite_loss", NonFinite, ("loss",)),
-    ("nonfinite_grad_norm", NonFinite, ("grad_norm",)),
-    ("nonfinite_lr", NonFinite, ("lr",)),
-    ("nonfinite_update_ratio", NonFinite, ("update_ratio",)),
-    ("nonfinite_val_loss", NonFinite, ("val_loss",)),
-    ("loss_spike", EWMASpike, ("loss",)),
-    ("divergence", SlopeDivergence, ("loss",)),
-    ("stall", CUSUMPlateau, ("loss", "grad_norm", "update_ratio")),
-    ("oscillation", Oscillation, ("loss", "grad_norm", "lr")),
-    ("grad_explosion", GuardedEWMASpike, ("grad_norm", "loss")),
-    ("coupling", LossGradCoupling, ("loss", "grad_norm")),
-    ("lr_anomaly", LRAnomaly, ("lr",)),
-    ("update_ratio", UpdateRatioBand, ("update_ratio", "lr")),
-    ("overfitting", TrainValGap, ("loss", "val_loss")),
-    ("layer_cliff", LayerGradCliff, ("layer_grad_norms",)),
-    ("layer_update_ratio", LayerUpdateRatio, ("layer_update_ratios",)),
-    ("activations", ActivationHealth, ("activations",)),
-)
-_DEFAULTS: dict[str, dict[str, Any]] = {
-    "nonfinite_loss": {"signal": "loss"},
-    "nonfinite_grad_norm": {"signal": "grad_norm"},
-    "nonfinite_lr": {"signal": "lr"},
-    "nonfinite_update_ratio": {"signal": "update_ratio"},
-    "nonfinite_val_loss": {"signal": "val_loss"},
-    "loss_spike": {"persist_kind": "divergence"},
-    "grad_explosion": {"kind": "grad_explosion", "signal": "grad_norm", "min_ratio": 10.0, "threshold": 6.0,
-                       "persist_kind": "grad_explosion"},
-}
-_SCALARS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
-_NONNEG = ("grad_norm", "lr", "update_ratio")
 _NAN = float("nan")
-# how Monitor.update calls a detector
-_NONFINITE, _ONE, _OPTIONAL, _OPTIONAL3, _OVERFIT, _VECTOR, _PAIR = range(7)
+#: what a detector receives for an optional input not given at a step
+_ABSENT: dict[str, Any] = {name: (_NAN if sig.form == "scalar" else None) for name, sig in SIGNALS.items()}
+_VECTOR_NAMES = frozenset(name for name, sig in SIGNALS.items() if sig.form != "scalar")
 
 
 @lru_cache(maxsize=256)
@@ -99,8 +44,47 @@ def _takes(method: Any, name: str) -> bool:
     """Whether a recorder's method accepts the keyword ``name`` (recorders written before a
     keyword existed are called without it)."""
     return _takes_cached(getattr(method, "__func__", method), name)
-# detectors whose inputs after the first are optional (nan when absent)
-_OPTIONAL_SECOND = ("stall", "oscillation", "update_ratio", "grad_explosion")
+
+
+def _given(v: Any) -> bool:
+    """A per-layer input that carries values (``None`` and an empty mapping or sequence: not measured)."""
+    if v is None:
+        return False
+    try:
+        return isinstance(v, (str, bytes)) or len(v) > 0
+    except TypeError:
+        return True  # not a container: the coercion names the signal and says what is wrong
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def _named(suite: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]:
+    """A suite as ``{name: detector}``: a mapping as it is, a sequence named by class."""
+    if isinstance(suite, Mapping):
+        return {str(k): v for k, v in suite.items()}
+    if isinstance(suite, (str, bytes)) or not isinstance(suite, Sequence):
+        raise ValueError(f"suite must be a mapping of name -> detector or a sequence of detectors, got {suite!r}")
+    out: dict[str, Any] = {}
+    for det in suite:
+        base = _snake(type(det).__name__)
+        name, k = base, 2
+        while name in out:
+            name, k = f"{base}_{k}", k + 1
+        out[name] = det
+    return out
+
+
+def _check_detector(name: str, det: Any) -> None:
+    if not isinstance(det, Detector):
+        raise ValueError(f"suite[{name!r}] must be a trainsignals.Detector, got {type(det).__name__}")
+    ins = det.inputs
+    if not ins:
+        raise ValueError(f"suite[{name!r}] declares no inputs")
+    for inp in ins:
+        if inp.name not in SIGNALS:
+            raise ValueError(f"suite[{name!r}] reads {inp.name!r}, not a signal; signals are {list(SIGNALS)}")
 
 
 class Monitor:
@@ -171,6 +155,7 @@ class Monitor:
         self,
         total_steps: int | None = None,
         *,
+        suite: Mapping[str, Detector] | Sequence[Detector] | None = None,
         stop_on: tuple[str, ...] | None = None,
         warmup: int = 20,
         recovery: int = 200,
@@ -185,12 +170,6 @@ class Monitor:
         check_range("recovery", recovery, 1, None, integer=True)
         check_range("min_patience", min_patience, 2, None, integer=True)
         check_range("max_events", max_events, 1, None, integer=True)
-        names = [n for n, _, _ in _SUITE]
-        unknown = sorted(set(settings) - set(names))
-        if unknown:
-            raise TypeError(
-                f"Monitor() got unknown keyword(s) {unknown}; detector settings are one of {names}"
-            )
         kinds = tuple(k.value for k in Kind)
         if stop_on is not None:
             stop_on = check_kinds("stop_on", stop_on)
@@ -204,82 +183,41 @@ class Monitor:
             raise ValueError(f"recorder must have record() and record_batch() methods, got {recorder!r}")
         self.recorder = recorder
         self.settings = copy.deepcopy(settings)
-        self._plan: list[tuple[str, Any, tuple[str, ...]]] = []
-        for name, cls, sigs in _SUITE:
-            opt = settings.get(name, {})
-            if opt is False:
-                continue
-            if opt is True or opt is None:
-                opt = {}
-            if not isinstance(opt, Mapping):
-                raise ValueError(f"{name} must be a mapping of settings or False, got {opt!r}")
-            kw = dict(_DEFAULTS.get(name, {}))
-            if name == "stall" and total_steps is not None:
-                kw["patience"] = max(min_patience, int(round(0.1 * total_steps)))
-            kw.update(opt)
+        if suite is None:
             try:
-                det = cls(**kw)
+                suite = default_suite(total_steps, min_patience=min_patience, **settings)
             except TypeError as exc:
-                raise ValueError(f"{name}: {exc}") from exc
-            except ValueError as exc:
-                raise ValueError(f"{name}.{exc}") from exc
-            self._plan.append((name, det, sigs))
-        # the streaming path's plan: (how to call, bound _step or the detector, its signals);
-        # bound methods looked up once keep the hot loop free of attribute lookups
-        self._calls: list[tuple[int, Any, tuple[str, ...]]] = []
-        for name, det, sigs in self._plan:
-            if isinstance(det, NonFinite):
-                self._calls.append((_NONFINITE, det, sigs))
-            elif len(sigs) == 1 and sigs[0] in _SCALARS:
-                self._calls.append((_ONE, det._step, sigs))
-            elif name in _OPTIONAL_SECOND:
-                self._calls.append((_OPTIONAL if len(sigs) == 2 else _OPTIONAL3, det._step, sigs))
-            elif name == "overfitting":
-                self._calls.append((_OVERFIT, det, sigs))
-            elif len(sigs) == 1:
-                self._calls.append((_VECTOR, det, sigs))
-            else:
-                self._calls.append((_PAIR, det._step, sigs))
-        self._call_cache: dict[tuple[Any, ...], list[tuple[int, Any, tuple[str, ...]]]] = {}
+                raise TypeError(f"Monitor() got {exc}") from exc
+        elif settings:
+            raise TypeError(f"Monitor() got detector settings {sorted(settings)} and a suite: settings by name "
+                            "configure the default suite (ts.default_suite(**settings)); configure your own "
+                            "detectors when you build them")
+        self._suite = _named(suite)
+        for name, det in self._suite.items():
+            _check_detector(name, det)
+        # the streaming path's plan: each detector's bound per-step entry and how to pick its inputs
+        self._entries = [(det.feed, tuple(i.name for i in det.inputs),
+                          tuple(i.name for i in det.inputs if i.required)) for det in self._suite.values()]
+        self._plans: dict[tuple[str, ...], list[tuple[Any, Any, str | None]]] = {}
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
-    @staticmethod
-    def _non_negative(name: str, v: Any) -> float:
-        f = v if type(v) is float else to_float(name, v)
-        if f < 0.0:
-            raise ValueError(f"{name} must be >= 0, got {f}")
-        return f
+    def _plan_for(self, given: tuple[str, ...]) -> list[tuple[Any, Any, str | None]]:
+        """The calls for one combination of given signals (cached: runs feed few combinations).
 
-    def _layer_vector(self, signal: str, detector: str, value: Any) -> tuple[np.ndarray, tuple[str, ...]] | None:
-        """A per-layer input as ``(vector, names)`` (names as its detector knows them), or None."""
-        if value is None:
-            return None
-        det = self.detectors.get(detector)
-        got = as_named_vector(signal, value, det._names if det else None)
-        if len(got[0]) and got[0].min() < 0:
-            raise ValueError(f"{signal} must be >= 0")
-        return got
-
-    def _calls_for(self, key: tuple[Any, ...]) -> list[tuple[int, Any, tuple[str, ...]]]:
-        """The calls of one combination of given signals (cached: runs feed few combinations)."""
-        *given, has_layers, has_ratios, has_acts = key
+        A detector runs when every required input is given (one without required inputs: when
+        any input is given); each call is ``(feed, getter, single)``: ``feed(full[single], step)``
+        for one input, else ``feed(*getter(full), step)``.
+        """
         have = set(given)
-        have.update(name for name, flag in (("layer_grad_norms", has_layers), ("layer_update_ratios", has_ratios),
-                                            ("activations", has_acts)) if flag)
-        calls = []
-        for how, fn, sigs in self._calls:
-            if how in (_NONFINITE, _ONE, _OPTIONAL, _OPTIONAL3, _VECTOR):
-                use = sigs[0] in have
-            elif how == _OVERFIT:
-                use = "loss" in have or "val_loss" in have
-            else:
-                use = all(sg in have for sg in sigs)
-            if use:
-                calls.append((how, fn, sigs))
-        if len(self._call_cache) < 256:
-            self._call_cache[key] = calls
-        return calls
+        plan = []
+        for feed, names, required in self._entries:
+            if (required and not have.issuperset(required)) or (not required and not have.intersection(names)):
+                continue
+            plan.append((feed, itemgetter(*names), names[0] if len(names) == 1 else None))
+        if len(self._plans) < 256:
+            self._plans[given] = plan
+        return plan
 
     # ------------------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -290,17 +228,18 @@ class Monitor:
         self._should_stop = False
         self._last_state_step: dict[str, int] = {}
         self._nonfinite_open = False
+        self._layer_names: dict[str, tuple[str, ...]] = {}  # per-layer signals: the layers they carry
 
     def reset(self) -> None:
         """Forget the run: every detector back to fresh, events cleared."""
-        for _, det, _ in self._plan:
+        for det in self._suite.values():
             det.reset()
         self._reset()
 
     @property
     def detectors(self) -> dict[str, Any]:
         """The detectors of the suite, by name (in the order they run)."""
-        return {name: det for name, det, _ in self._plan}
+        return dict(self._suite)
 
     @property
     def events(self) -> list[Event]:
@@ -350,8 +289,8 @@ class Monitor:
         best, rank = "healthy", 0
         for state, last in self._last_state_step.items():
             live = self._step - last < self.recovery or (state == "diverging" and self._nonfinite_open)
-            if live and _RANK[state] > rank:
-                best, rank = state, _RANK[state]
+            if live and RANK[state] > rank:
+                best, rank = state, RANK[state]
         if rank == 0 and self._n_loss < self.warmup:
             return "warming_up"
         return best
@@ -361,8 +300,8 @@ class Monitor:
         self._n_events += len(events)
         for ev in events:
             self._events.append(ev)
-            state = _STATE_OF.get(ev.kind) if ev.severity != "info" else None
-            if state is not None and (ev.kind != Kind.GRAD_EXPLOSION or ev.severity == "critical"):
+            state = state_of(ev)
+            if state is not None:
                 self._last_state_step[state] = max(self._last_state_step.get(state, ev.step), ev.step)
             if self.stops_on(ev):
                 self._should_stop = True
@@ -403,65 +342,46 @@ class Monitor:
             for given in events:
                 if not isinstance(given, Event):
                     raise TypeError(f"events must hold trainsignals.Event objects, got {type(given).__name__}")
-        vals: dict[str, float] = {}
+        # every value is coerced and checked before anything changes: a refused call changes nothing
+        vals: dict[str, Any] = {}
         if loss is not None:
-            vals["loss"] = loss if type(loss) is float else to_float("loss", loss)
-        # the non-negative scalars, unrolled (this is the hot path: no tuple of pairs to loop over)
+            vals["loss"] = loss if type(loss) is float else scalar("loss", loss)
         if grad_norm is not None:
-            vals["grad_norm"] = self._non_negative("grad_norm", grad_norm)
+            vals["grad_norm"] = grad_norm if type(grad_norm) is float and grad_norm >= 0.0 else \
+                scalar("grad_norm", grad_norm)
         if lr is not None:
-            vals["lr"] = self._non_negative("lr", lr)
+            vals["lr"] = lr if type(lr) is float and lr >= 0.0 else scalar("lr", lr)
         if update_ratio is not None:
-            vals["update_ratio"] = self._non_negative("update_ratio", update_ratio)
+            vals["update_ratio"] = scalar("update_ratio", update_ratio)
         if val_loss is not None:
-            vals["val_loss"] = val_loss if type(val_loss) is float else to_float("val_loss", val_loss)
-        layers = ratios = None
-        if layer_grad_norms is not None:
-            layers = self._layer_vector("layer_grad_norms", "layer_cliff", layer_grad_norms)
-        if layer_update_ratios is not None:
-            ratios = self._layer_vector("layer_update_ratios", "layer_update_ratio", layer_update_ratios)
-        acts = None
-        if activations is not None:
-            det = self.detectors.get("activations")
-            acts = (det or ActivationHealth())._parse(activations)
+            vals["val_loss"] = val_loss if type(val_loss) is float else scalar("val_loss", val_loss)
+        if layer_grad_norms is not None and _given(layer_grad_norms):
+            vals["layer_grad_norms"] = layers("layer_grad_norms", layer_grad_norms,
+                                              self._layer_names.get("layer_grad_norms"))
+        if layer_update_ratios is not None and _given(layer_update_ratios):
+            vals["layer_update_ratios"] = layers("layer_update_ratios", layer_update_ratios,
+                                                 self._layer_names.get("layer_update_ratios"))
+        if activations is not None and _given(activations):
+            vals["activations"] = _activations(activations, self._layer_names.get("activations"))
         self._step = s
+        key = tuple(vals)
+        if key and key[-1] in _VECTOR_NAMES:  # a per-layer signal (they come last): remember its layers
+            for name in ("layer_grad_norms", "layer_update_ratios", "activations"):
+                if name in vals and name not in self._layer_names:
+                    self._layer_names[name] = vals[name].names
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan_for(key)
+        full = dict(_ABSENT)
+        full.update(vals)
         out: list[Event] = []
-        key = (*vals, layers is not None, ratios is not None, acts is not None)
-        calls = self._call_cache.get(key)
-        if calls is None:
-            calls = self._calls_for(key)
-        for how, fn, sigs in calls:  # only the detectors this step's signals reach
-            if how == _NONFINITE:  # NonFinite._step inlined for a finite value (most steps)
-                v = vals[sigs[0]]
-                if v - v == 0.0:
-                    fn._last_step = s
-                    fn._bad = False
-                    continue
-                ev = fn._step(v, s)
-            elif how == _ONE:
-                ev = fn(vals[sigs[0]], s)
-            elif how == _OPTIONAL:
-                ev = fn(vals[sigs[0]], vals.get(sigs[1], _NAN), s)
-            elif how == _OPTIONAL3:
-                ev = fn(vals[sigs[0]], vals.get(sigs[1], _NAN), vals.get(sigs[2], _NAN), s)
-            elif how == _PAIR:
-                ev = fn(vals[sigs[0]], vals[sigs[1]], s)
-            elif how == _OVERFIT:
-                fn._last_step = s
-                if "loss" in vals:
-                    fn._learn_train(vals["loss"])
-                ev = fn._val(vals["val_loss"], s) if "val_loss" in vals else None
-            else:  # per-layer inputs
-                got = layers if sigs[0] == "layer_grad_norms" else ratios if sigs[0] == "layer_update_ratios" else acts
-                assert got is not None
-                if fn._names is None:
-                    fn._names = got[1]
-                if sigs[0] == "activations":
-                    out.extend(fn._sample(got[0], s))
-                    continue
-                ev = fn._row(got[0], s)
+        for feed, getter, single in plan:  # only the detectors this step's signals reach
+            ev = feed(full[single], s) if single is not None else feed(*getter(full), s)
             if ev is not None:
-                out.append(ev)
+                if type(ev) is list:
+                    out.extend(ev)
+                else:
+                    out.append(ev)
         if "loss" in vals:
             lv = vals["loss"]
             if lv - lv == 0.0:
@@ -474,11 +394,17 @@ class Monitor:
         if out:
             self._record(out)
         if self.recorder is not None:
-            extra = {} if ratios is None or not _takes(self.recorder.record, "layer_update_ratios") else {
-                "layer_update_ratios": ratios}
-            self.recorder.record(step=s, signals=vals, layer_grad_norms=layers,
-                                 activations=None if acts is None else (acts[0], acts[1]), events=out, **extra)
+            self._record_step(s, vals, out)
         return out
+
+    def _record_step(self, s: int, vals: dict[str, Any], out: list[Event]) -> None:
+        assert self.recorder is not None
+        scalars = {k: v for k, v in vals.items() if SIGNALS[k].form == "scalar"}
+        lg, lu, acts = vals.get("layer_grad_norms"), vals.get("layer_update_ratios"), vals.get("activations")
+        extra = {} if lu is None or not _takes(self.recorder.record, "layer_update_ratios") else {
+            "layer_update_ratios": (lu.array, lu.names)}
+        self.recorder.record(step=s, signals=scalars, layer_grad_norms=None if lg is None else (lg.array, lg.names),
+                             activations=None if acts is None else (acts.matrix, acts.names), events=out, **extra)
 
     # ------------------------------------------------------------------------------------
     def scan(
@@ -508,63 +434,42 @@ class Monitor:
         polars columns and pyarrow arrays. Returns the new events; the Monitor's state
         advances as if every step had been fed.
         """
-        dense: dict[str, np.ndarray] = {}
-        measured: dict[str, np.ndarray] = {}  # where a dense signal has gaps: True = measured
-        for name, v in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr), ("update_ratio", update_ratio)):
-            if v is not None:
-                arr, mask = _dense_column(name, v)
-                if name in _NONNEG and np.any(arr < 0):
-                    raise ValueError(f"{name} must be >= 0")
-                dense[name] = arr
-                if mask is not None:
-                    measured[name] = mask
-        lengths = {len(a) for a in dense.values()}
-        if len(lengths) > 1:
-            raise ValueError(f"dense signals must have equal lengths, got {sorted(lengths)}")
-        n = lengths.pop() if lengths else 0
+        given = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "update_ratio": update_ratio, "val_loss": val_loss,
+                 "layer_grad_norms": layer_grad_norms, "layer_update_ratios": layer_update_ratios,
+                 "activations": activations}
+        raw = {k: v for k, v in given.items() if v is not None}
+        if "val_loss" in raw and not (isinstance(val_loss, tuple) and len(val_loss) == 2):
+            raise TypeError("val_loss must be a (steps, values) pair: validation has its own cadence")
+        cols: dict[str, Column] = {}
+        for name, v in raw.items():
+            c = column(name, v, self._layer_names.get(name))
+            if len(c) or c.steps is None:
+                cols[name] = c
+        aligned = {c.name: len(c) for c in cols.values() if c.steps is None}
+        if len(set(aligned.values())) > 1:
+            raise ValueError(f"signals aligned with step must have equal lengths, got {aligned}")
+        n = next(iter(aligned.values()), 0)
         if step is None:
             steps = np.arange(self._step + 1, self._step + 1 + n, dtype=np.int64)
         else:
-            from .detectors._base import _steps_for
+            from .signals import as_steps
 
-            steps = _steps_for(step, n, self._step)
-        if n and (np.any(np.diff(steps) < 0) or steps[0] < self._step):
-            raise ValueError("step must not decrease")
-        val = sparse_pair("val_loss", val_loss) if val_loss is not None else None
-        if val is not None and np.any(val[0] < 0):
-            pass
-        layers = self._sparse_or_dense("layer_grad_norms", layer_grad_norms, steps)
-        ratios = self._sparse_or_dense("layer_update_ratios", layer_update_ratios, steps)
-        acts = self._acts(activations, steps)
+            steps = as_steps("step", step, n)
+        every = [steps] + [c.steps for c in cols.values() if c.steps is not None]
+        for st in every:
+            if len(st) and (np.any(np.diff(st) < 0) or st[0] < self._step):
+                raise ValueError("step must not decrease")
+        for c in cols.values():
+            if c.names is not None:
+                self._layer_names.setdefault(c.name, c.names)
         per_det: list[list[Event]] = []
-        for name, det, sigs in self._plan:
-            evs: list[Event] = []
-            if name == "overfitting":
-                if "loss" in dense or val is not None:
-                    evs = det.scan(dense.get("loss"), val, steps=steps if "loss" in dense else None)
-            elif sigs == ("val_loss",):
-                if val is not None:
-                    evs = det.scan(val[1], steps=val[0])
-            elif name.startswith("nonfinite_") and sigs[0] in measured:
-                # a gap is "not measured", not a non-finite value: the NonFinite detector sees only
-                # measured entries; every other detector skips the nan that fills a gap
-                mask = measured[sigs[0]]
-                evs = det.scan(dense[sigs[0]][mask], steps=steps[mask])
-            elif sigs in (("layer_grad_norms",), ("layer_update_ratios",)):
-                got = layers if sigs == ("layer_grad_norms",) else ratios
-                if got is not None:
-                    if np.any(got[1] < 0):
-                        raise ValueError(f"{sigs[0]} must be >= 0")
-                    evs = det.scan(got[1] if got[2] is None else dict(zip(got[2], got[1].T)), steps=got[0])
-            elif sigs == ("activations",):
-                if acts is not None:
-                    evs = det.scan(acts[1], steps=acts[0])
-            elif name in _OPTIONAL_SECOND:
-                if sigs[0] in dense:
-                    evs = det.scan(*(dense.get(sg, np.full(n, np.nan)) for sg in sigs), steps=steps)
-            elif all(s in dense for s in sigs):
-                evs = det.scan(*(dense[s] for s in sigs), steps=steps)
-            per_det.append(evs)
+        for det in self._suite.values():
+            mine = {i.name: cols[i.name] for i in det.inputs if i.name in cols}
+            required = [i.name for i in det.inputs if i.required]
+            if not mine or not all(r in mine for r in required):
+                per_det.append([])
+                continue
+            per_det.append(det.scan(steps=steps, **mine))
         merged: list[tuple[int, int, int, Event]] = []
         for order, evs in enumerate(per_det):
             for seq, ev in enumerate(evs):
@@ -572,20 +477,10 @@ class Monitor:
         merged.sort(key=lambda t: t[:3])
         out = [m[3] for m in merged]
         # bookkeeping identical to the streaming path
-        last = [self._step]
-        if n:
-            last.append(int(steps[-1]))
-        if val is not None and len(val[0]):
-            last.append(int(val[0].max()))
-        for sparse in (layers, ratios):
-            if sparse is not None and len(sparse[0]):
-                last.append(int(sparse[0].max()))
-        if acts is not None and len(acts[0]):
-            last.append(int(acts[0].max()))
-        if "loss" in dense:
-            lv = dense["loss"]
-            if "loss" in measured:
-                lv = lv[measured["loss"]]
+        last = [self._step] + [int(st.max()) for st in every if len(st)]
+        lc = cols.get("loss")
+        if lc is not None:
+            lv = lc.values if lc.mask is None else lc.values[lc.mask]
             fin = np.isfinite(lv)
             self._n_loss += int(fin.sum())
             if len(fin):
@@ -593,12 +488,34 @@ class Monitor:
         self._record(out)
         self._step = max(last)
         if self.recorder is not None:
-            rec = {k: (np.ma.masked_array(v, mask=~measured[k]) if k in measured else v) for k, v in dense.items()}
-            extra = {} if ratios is None or not _takes(self.recorder.record_batch, "layer_update_ratios") else {
-                "layer_update_ratios": ratios}
-            self.recorder.record_batch(steps=steps, signals=rec, val_loss=val,
-                                       layer_grad_norms=layers, activations=acts, events=out, **extra)
+            self._record_scan(steps, cols, raw, out)
         return out
+
+    def _record_scan(self, steps: np.ndarray, cols: dict[str, Column], raw: dict[str, Any], out: list[Event]) -> None:
+        assert self.recorder is not None
+        rec: dict[str, Any] = {}
+        for name, c in cols.items():
+            if SIGNALS[name].form == "scalar" and not SIGNALS[name].sparse:
+                if c.steps is not None:  # a (steps, values) pair of a dense signal: on the scan's steps
+                    full = np.full(len(steps), np.nan)
+                    pos = np.searchsorted(steps, c.steps)
+                    ok = (pos < len(steps)) & (steps[np.minimum(pos, len(steps) - 1)] == c.steps)
+                    full[pos[ok]] = c.values[ok]
+                    mask = np.zeros(len(steps), bool)
+                    mask[pos[ok]] = True
+                    rec[name] = np.ma.masked_array(full, mask=~mask)
+                else:
+                    rec[name] = c.values if c.mask is None else np.ma.masked_array(c.values, mask=~c.mask)
+        vc = cols.get("val_loss")
+        val = None if vc is None or vc.steps is None else (vc.steps, vc.values)
+        extra = {}
+        lu = self._sparse_or_dense("layer_update_ratios", raw.get("layer_update_ratios"), steps)
+        if lu is not None and _takes(self.recorder.record_batch, "layer_update_ratios"):
+            extra["layer_update_ratios"] = lu
+        self.recorder.record_batch(steps=steps, signals=rec, val_loss=val,
+                                   layer_grad_norms=self._sparse_or_dense("layer_grad_norms",
+                                                                          raw.get("layer_grad_norms"), steps),
+                                   activations=self._acts(raw.get("activations"), steps), events=out, **extra)
 
     @staticmethod
     def _sparse_or_dense(name: str, value: Any, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[str, ...] | None] | None:
@@ -606,10 +523,11 @@ class Monitor:
             return None
         if isinstance(value, tuple) and len(value) == 2:
             st = np.asarray(value[0]).astype(np.int64)
-            mat, names = as_matrix(name, value[1], None)
+            c = column(name, value[1])
         else:
             st = steps
-            mat, names = as_matrix(name, value, None)
+            c = column(name, value)
+        mat, names = c.values, c.names
         if mat.shape[0] != len(st):
             raise ValueError(f"{name} has {mat.shape[0]} rows for {len(st)} steps")
         return st, mat, names if isinstance(value, Mapping) or (isinstance(value, tuple) and isinstance(value[1], Mapping)) else None
@@ -645,7 +563,7 @@ class Monitor:
         return {
             "format": "trainsignals.Monitor",
             "version": __version__,
-            "config": _jsonable(self._config()),
+            "config": _jsonable(self.config()),
             "monitor": {
                 "step": self._step,
                 "n_loss": self._n_loss,
@@ -654,11 +572,13 @@ class Monitor:
                 "nonfinite_open": self._nonfinite_open,
                 "events": [e.to_dict() for e in self._events],
                 "n_events": self._n_events,
+                "layer_names": {k: list(v) for k, v in self._layer_names.items()},
             },
-            "detectors": {name: det.state_dict() for name, det, _ in self._plan},
+            "detectors": {name: det.state_dict() for name, det in self._suite.items()},
         }
 
-    def _config(self) -> dict[str, Any]:
+    def config(self) -> dict[str, Any]:
+        """The Monitor's configuration (what a snapshot must match to be loaded)."""
         return {"total_steps": self.total_steps, "stop_on": self.stop_on, "warmup": self.warmup,
                 "recovery": self.recovery, "min_patience": self.min_patience, "max_events": self.max_events,
                 "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()}}
@@ -677,26 +597,28 @@ class Monitor:
             raise ValueError(f"not a Monitor state dict: expected keys {sorted(want)}, got {got}")
         if state["format"] != "trainsignals.Monitor":
             raise ValueError(f"not a Monitor state dict: format {state['format']!r}")
-        mine = _jsonable(self._config())
+        mine = _jsonable(self.config())
         differ = sorted(k for k in mine if mine[k] != state["config"].get(k))
         if differ:
             raise ValueError(f"state dict configuration differs in: {', '.join(differ)}")
         dets = state["detectors"]
-        names = [n for n, _, _ in self._plan]
+        names = list(self._suite)
         if sorted(dets) != sorted(names):
             raise ValueError(f"state dict detectors differ: missing {sorted(set(names) - set(dets))}, "
                              f"unexpected {sorted(set(dets) - set(names))}")
         mon = state["monitor"]
-        mkeys = {"step", "n_loss", "should_stop", "last_state_step", "nonfinite_open", "events", "n_events"}
+        mkeys = {"step", "n_loss", "should_stop", "last_state_step", "nonfinite_open", "events", "n_events",
+                 "layer_names"}
         if set(mon) != mkeys:
             raise ValueError(f"state dict 'monitor' keys differ: missing {sorted(mkeys - set(mon))}, "
                              f"unexpected {sorted(set(mon) - mkeys)}")
-        for name, det, _ in self._plan:
+        for name, det in self._suite.items():
             det.load_state_dict(dets[name])
         self._n_loss = int(mon["n_loss"])
         self._should_stop = bool(mon["should_stop"])
         self._last_state_step = {k: int(v) for k, v in mon["last_state_step"].items()}
         self._nonfinite_open = bool(mon["nonfinite_open"])
+        self._layer_names = {str(k): tuple(str(n) for n in v) for k, v in mon["layer_names"].items()}
         if rewind:
             return
         self._step = int(mon["step"])
@@ -705,24 +627,6 @@ class Monitor:
 
     def __repr__(self) -> str:
         return f"Monitor(total_steps={self.total_steps!r}, status={self.status!r}, events={self._n_events})"
-
-
-def _dense_column(name: str, v: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """A dense signal as float64 with nan in its gaps, and the measured mask (None: no gaps)."""
-    if isinstance(v, np.ma.MaskedArray):
-        mask = ~np.ma.getmaskarray(v).reshape(-1)
-        arr = _as_1d(name, np.ma.getdata(v)).copy()
-        arr[~mask] = np.nan
-        return arr, (None if mask.all() else mask)
-    if type(v).__module__.split(".")[0] == "pyarrow" and hasattr(v, "null_count"):
-        if v.null_count:
-            import pyarrow.compute as pc
-
-            mask = np.asarray(pc.is_valid(v), dtype=bool)
-            arr = _as_1d(name, pc.fill_null(v.cast("float64"), float("nan")).to_numpy())
-            return arr, mask
-        return _as_1d(name, v.to_numpy()), None
-    return _as_1d(name, v), None
 
 
 def scan(data: Any = None, /, *, total_steps: int | None = None, **signals: Any) -> list[Event]:
@@ -762,7 +666,7 @@ def _columns(data: Any) -> dict[str, Any]:
         raise TypeError(f"data must be a pyarrow Table, a DataFrame or a mapping of columns, got {type(data).__name__}")
     out = {k: cols[k] for k in ("step", "loss", "grad_norm", "lr", "update_ratio") if k in cols}
     if "val_loss" in cols:
-        vals, measured = _dense_column("val_loss", cols["val_loss"])
+        vals, measured = dense_values("val_loss", cols["val_loss"])
         if measured is None:
             measured = ~np.isnan(vals) if not hasattr(cols["val_loss"], "null_count") else np.ones(len(vals), bool)
         n = len(vals)

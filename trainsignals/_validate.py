@@ -59,10 +59,27 @@ def to_float(name: str, x: Any) -> float:
         raise TypeError(f"{name} must be a real number, got {type(x).__name__}") from exc
 
 
+_STEP_LIMIT = 2 ** 62  # steps are stored as int64 (traces, the batch path): far beyond any run
+
+
 def to_step(x: Any) -> int:
-    """Convert a step to ``int`` or raise ``TypeError``."""
-    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-        return int(x)
-    if isinstance(x, (float, np.floating)) and float(x).is_integer():
-        return int(x)
-    raise TypeError(f"step must be an integer, got {type(x).__name__} {x!r}")
+    """Convert a step to ``int``; ``TypeError`` if it is not a whole number, ``ValueError`` if
+    it does not fit the 64-bit steps of traces and the batch path."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        s = int(x)
+    elif isinstance(x, (float, np.floating)) and math.isfinite(x) and float(x).is_integer():
+        s = int(x)
+    else:
+        raise TypeError(f"step must be an integer, got {type(x).__name__} {x!r}")
+    if not -_STEP_LIMIT < s < _STEP_LIMIT:
+        raise ValueError(f"step must be below 2**62 in size, got {s}")
+    return s
+
+
+def check_signal(name: str, value: Any, form: str = "scalar") -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a signal of that form in the vocabulary."""
+    from .signals import SIGNALS
+
+    ok = [k for k, sig in SIGNALS.items() if sig.form == form]
+    if value not in ok:
+        raise ValueError(f"{name} must be one of {ok}, got {value!r}")

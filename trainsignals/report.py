@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._events import Event, Kind
-from ._monitor import _RANK, _STATE_OF, Monitor
+from ._monitor import Monitor
+from .status import RANK, state_of
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -63,15 +64,7 @@ __all__ = [
 EXIT_HEALTHY, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNREADABLE = 0, 1, 2, 3
 
 # Monitor.status's rule: which kinds put the run in which failed state, and which state is worse.
-_RANKED = ("healthy", *sorted(_RANK, key=_RANK.__getitem__))  # healthy, stalled, oscillating, diverging
-
-
-def _state(ev: Event) -> str | None:
-    """The failed state an event puts the run in (a grad explosion only when critical, as in
-    ``Monitor._record``)."""
-    if ev.kind == Kind.GRAD_EXPLOSION and ev.severity != "critical":
-        return None
-    return _STATE_OF.get(ev.kind)
+_RANKED = ("healthy", *sorted(RANK, key=RANK.__getitem__))  # healthy, stalled, oscillating, diverging
 
 
 def status_timeline(
@@ -120,7 +113,7 @@ def status_timeline(
     evs = list(events)
     by_state: dict[str, np.ndarray] = {}
     for state in _RANKED[1:]:
-        at_steps = sorted(e.step for e in evs if _state(e) == state)
+        at_steps = sorted(e.step for e in evs if state_of(e) == state)
         if at_steps:
             by_state[state] = np.asarray(at_steps, dtype=np.int64)
     loss_steps: np.ndarray | None = None
@@ -179,7 +172,7 @@ def status_timeline(
         live = entered & (pts - est[np.maximum(i, 0)] < recovery)
         if state == "diverging":
             live |= entered & nonfinite_open
-        rank = np.where(live, np.maximum(rank, _RANK[state]), rank)
+        rank = np.where(live, np.maximum(rank, RANK[state]), rank)
     codes = np.where((rank == 0) & (n_finite < warmup), -1, rank)
     change = np.r_[True, codes[1:] != codes[:-1]]
     names = ("warming_up",) + _RANKED  # code -1 indexes the first name via +1

@@ -10,9 +10,10 @@ said::
     assert_quiet(SlopeDivergence(), generate("healthy", seed=3))
 
 A detector may be a :class:`trainsignals.Monitor` (fed every signal of the curve), a
-single-signal detector (an object with ``scan(*arrays, steps=None)`` and a ``signals`` tuple
-such as ``("loss",)`` or ``("loss", "grad_norm")``), any other object whose ``scan`` takes the
-Monitor's keywords, or a plain callable ``f(curve) -> list[Event]``.
+detector of the contract (its ``scan`` is given the curve's signals its ``inputs`` name), any
+other object whose ``scan`` takes the Monitor's keywords, or a plain callable
+``f(curve) -> list[Event]``. :func:`check_detector` runs the conformance checks every detector
+of the package passes on a detector of your own.
 
 Installed with trainsignals, this module is also a pytest plugin (entry point ``pytest11``)
 that provides the fixtures ``failure_curves`` (the committed suite, loaded once per session)
@@ -24,7 +25,7 @@ at import time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 _ALARMS = ("warning", "critical")
-_STEP_SIGNALS = ("loss", "grad_norm", "lr", "update_ratio")
 
 
 def default_within(curve: Curve) -> int:
@@ -90,38 +90,18 @@ def run_detector(detector: Any, curve: Curve) -> list[Event]:
         reset = getattr(detector, "reset", None)
         if callable(reset):
             reset()
-        names = getattr(detector, "signals", None)
-        if names is None:
-            return list(scan(**curve.signals()))
-        inputs = [_signal_input(detector, str(name), curve) for name in names]
-        steps = inputs[0][1] if inputs else curve.steps
-        if any(st is not steps for _, st in inputs):
-            raise TypeError(
-                f"{type(detector).__name__} reads signals {tuple(names)} sampled at different steps"
-            )
-        return list(scan(*[x for x, _ in inputs], steps=steps))
+        inputs = getattr(detector, "inputs", None)
+        sig = curve.signals()
+        if inputs is None:
+            return list(scan(**sig))
+        kw = {i.name: sig[i.name] for i in inputs if sig.get(i.name) is not None}
+        if not kw:
+            raise TypeError(f"{type(detector).__name__} reads {[i.name for i in inputs]}, which this curve does not have")
+        return list(scan(steps=sig.get("step"), **kw))
     if callable(detector):
         return list(detector(curve))
     raise TypeError(
         f"cannot run {type(detector).__name__!s}: expected a Monitor, an object with scan(), or a callable"
-    )
-
-
-def _signal_input(detector: Any, name: str, curve: Curve) -> tuple[Any, Any]:
-    """The curve's data for one signal a detector reads, and the steps it was sampled at."""
-    if name == "x":  # a generic input: the detector says which signal it watches
-        name = str(getattr(detector, "signal", "loss"))
-    if name in _STEP_SIGNALS:
-        return getattr(curve, name), curve.steps
-    if name == "val_loss":
-        return curve.val_loss, curve.val_steps
-    if name == "layer_grad_norms":
-        return {n: curve.layer_grad_norms[:, j] for j, n in enumerate(curve.layer_names)}, curve.steps
-    if name == "activations":
-        return curve.signals()["activations"][1], curve.act_steps
-    raise TypeError(
-        f"{type(detector).__name__} reads signal {name!r}, which a Curve does not have "
-        f"(it has {', '.join(_STEP_SIGNALS)}, val_loss, layer_grad_norms, activations)"
     )
 
 
@@ -285,3 +265,274 @@ if _pytest is not None:
         from .curves import generate
 
         return generate
+
+
+# -- conformance: the checks every detector passes, ours and users' --------------------------------
+
+def example_inputs(detector: Any, n: int = 600, seed: int = 0) -> dict[str, Any]:
+    """Made-up inputs for every input a detector declares: ``{name: data}`` for :func:`check_detector`.
+
+    Scalars are aligned arrays of ``n`` positive values with noise, a spike, a sawtooth, a climb
+    and one NaN (the learning rate is piecewise constant with a jump); ``val_loss`` is a
+    ``(steps, values)`` pair every 20 steps; per-layer inputs are ``{layer: array}`` with one
+    layer collapsing; activations are ``{layer: {"dead_frac": array, "saturation": array}}``.
+    """
+    import numpy as np
+
+    from .signals import SIGNALS
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    out: dict[str, Any] = {}
+    for inp in detector.inputs:
+        form = SIGNALS[inp.name].form
+        if inp.name == "val_loss":
+            vs = np.arange(0, n, 20)
+            out[inp.name] = (vs, np.exp(-vs / 300) + np.where(vs > n // 2, 0.002 * (vs - n // 2), 0.0))
+        elif inp.name == "lr":
+            lr = np.where(t < n // 2, 1e-3, 3e-2)
+            out[inp.name] = lr.astype(float)
+        elif form == "scalar":
+            y = np.log(2.0) - t / 400 + rng.standard_t(5, n) * 0.03
+            y[n // 4] += 1.5
+            y[n // 2:n // 2 + 80] += np.where(np.arange(min(80, n - n // 2)) % 2 == 0, 0.5, -0.5)
+            y[3 * n // 4:] += 0.04 * np.arange(n - 3 * n // 4)
+            x = np.exp(y) * (1e-3 if inp.name == "update_ratio" else 1.0)
+            x[min(n - 1, 7 * n // 8)] = np.nan
+            out[inp.name] = x
+        elif form == "layers":
+            norms = np.exp(rng.normal(0, 0.2, (n, 4))) * np.array([1.0, 0.5, 0.3, 0.2])
+            norms[n // 2:, 1] *= 1e-5
+            out[inp.name] = {f"l{j}": norms[:, j] for j in range(4)}
+        else:
+            dead = np.clip(0.2 + np.where(t > n // 3, (t - n // 3) / 100, 0), 0, 0.99)
+            sat = np.where(t > n // 2, 0.8, 0.1)
+            out[inp.name] = {"relu": {"dead_frac": dead, "saturation": np.zeros(n)},
+                             "tanh": {"dead_frac": np.zeros(n), "saturation": sat}}
+    return out
+
+
+def _rows(detector: Any, data: Mapping[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """``data`` as the per-step keyword arguments of ``update``, in step order."""
+    from collections.abc import Mapping as _M
+
+    import numpy as np
+
+    per_step: dict[int, dict[str, Any]] = {}
+    for name, value in data.items():
+        if isinstance(value, tuple):
+            steps, value = value
+        else:
+            steps = None
+        entries: list[Any]
+        if isinstance(value, _M) and value and all(isinstance(v, _M) for v in value.values()):  # activations
+            n = len(next(iter(next(iter(value.values())).values())))
+            entries = [{lay: {k: float(a[i]) for k, a in stats.items()} for lay, stats in value.items()}
+                       for i in range(n)]
+        elif isinstance(value, _M):
+            n = len(next(iter(value.values())))
+            entries = [{lay: float(a[i]) for lay, a in value.items()} for i in range(n)]
+        else:
+            entries = [float(v) for v in np.asarray(value, dtype=float)]
+        st = range(len(entries)) if steps is None else [int(s) for s in steps]
+        for s, e in zip(st, entries):
+            per_step.setdefault(s, {})[name] = e
+    required = {i.name for i in detector.inputs if i.required}
+    return [(s, kw) for s, kw in sorted(per_step.items()) if required <= set(kw)]
+
+
+def _chunk(data: Mapping[str, Any], lo: int, hi: int) -> dict[str, Any]:
+    """The part of ``data`` at steps ``[lo, hi)``."""
+    from collections.abc import Mapping as _M
+
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        if isinstance(value, tuple):
+            st = np.asarray(value[0])
+            keep = (st >= lo) & (st < hi)
+            out[name] = (st[keep], np.asarray(value[1])[keep])
+        elif isinstance(value, _M) and value and all(isinstance(v, _M) for v in value.values()):
+            out[name] = {lay: {k: np.asarray(a)[lo:hi] for k, a in stats.items()} for lay, stats in value.items()}
+        elif isinstance(value, _M):
+            out[name] = {lay: np.asarray(a)[lo:hi] for lay, a in value.items()}
+        else:
+            out[name] = np.asarray(value)[lo:hi]
+    return out
+
+
+def _same_events(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    import math
+
+    if len(a) != len(b):
+        return False
+    for e, f in zip(a, b):
+        if (e.kind, e.severity, e.step, e.onset_step, e.detector, e.layer) != (
+                f.kind, f.severity, f.step, f.onset_step, f.detector, f.layer):
+            return False
+        for u, v in ((e.value, f.value), (e.threshold, f.threshold)):
+            if not (u == v or (math.isnan(u) and math.isnan(v)) or math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12)):
+                return False
+    return True
+
+
+def _close_state(a: Any, b: Any) -> bool:
+    import math
+
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_close_state(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_close_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-10, abs_tol=1e-10)
+    return bool(a == b)
+
+
+def _bad_value(default: Any) -> Any:
+    """A value no numeric or named setting accepts (None: the parameter takes anything)."""
+    if isinstance(default, bool):
+        return None
+    if default is None or isinstance(default, (int, float)):
+        return float("nan")
+    if isinstance(default, str):
+        return "<not a valid setting>"
+    return None
+
+
+def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = None, *,
+                   cuts: Sequence[int] = (37, 260, 455), seed: int = 0) -> None:
+    """The conformance checks every detector passes; ours run them over every class in the package.
+
+    ``factory()`` builds the detector (a :class:`~trainsignals.Detector`); ``data`` holds its
+    inputs in the forms of :func:`example_inputs` (the default). Checked:
+
+    * ``repr`` names the class and ``clone()`` rebuilds the same configuration;
+    * every event is an :class:`~trainsignals.Event` whose one-line ``str`` names its step and
+      kind, in step order, with ``onset_step <= step``;
+    * ``scan`` gives the events and state of ``update`` step by step, whole and in random chunks;
+    * ``state_dict()`` through JSON, and pickle, resume bit-identically at each of ``cuts``;
+    * ``reset()`` equals a fresh detector;
+    * a non-finite value leaves the state untouched (unless the detector reports it as a
+      ``nonfinite`` event);
+    * a bad setting of any numeric or named constructor parameter raises ``ValueError`` naming it;
+    * a foreign or incomplete state dict is refused, naming what differs.
+
+    Raises:
+        AssertionError: a check failed; the message says which.
+    """
+    import inspect
+    import json
+    import math
+    import pickle
+
+    import numpy as np
+
+    from .signals import SIGNALS
+
+    det = factory()
+    name = type(det).__name__
+    data = dict(example_inputs(det, seed=seed) if data is None else data)
+    rows = _rows(det, data)
+    assert rows, f"{name}: no step has every required input"
+
+    def stream(d: Any, part: Sequence[tuple[int, dict[str, Any]]]) -> list[Any]:
+        out: list[Any] = []
+        for s, kw in part:
+            got = d.update(step=s, **kw)
+            assert isinstance(got, list), f"{name}.update must return a list of events, got {type(got).__name__}"
+            out.extend(got)
+        return out
+
+    text = repr(det)
+    assert text.startswith(name + "("), f"{name}: repr {text!r} does not name the class"
+    assert repr(det.clone()) == text, f"{name}: clone() does not rebuild the same configuration"
+    whole = stream(det, rows)
+    for e in whole:
+        line = str(e)
+        assert "\n" not in line and str(e.step) in line and e.kind.value in line, f"{name}: event text {line!r}"
+        assert e.onset_step <= e.step, f"{name}: onset after the step in {line!r}"
+    assert [e.step for e in whole] == sorted(e.step for e in whole), f"{name}: events out of step order"
+    last = rows[-1][0] + 1
+    rng = np.random.default_rng(seed)
+    for trial in range(3):
+        bounds = sorted({0, last, *(int(c) for c in rng.integers(0, last, trial * 3))})
+        batched = factory()
+        evs: list[Any] = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            part = _chunk(data, lo, hi)
+            aligned = {k: v for k, v in part.items() if not isinstance(v, tuple)}
+            steps = np.arange(lo, hi) if aligned else None
+            part = {k: v for k, v in part.items() if not (isinstance(v, tuple) and len(v[0]) == 0)}
+            required = {i.name for i in batched.inputs if i.required}
+            if not part or not required <= set(part):
+                continue
+            evs += batched.scan(steps=steps, **part)
+        assert _same_events(whole, evs), f"{name}: scan in chunks {bounds} differs from update step by step"
+        assert _close_state(det.state_dict(), batched.state_dict()), f"{name}: scan leaves another state than update"
+    for cut in cuts:
+        first = factory()
+        head = [r for r in rows if r[0] < cut]
+        tail = [r for r in rows if r[0] >= cut]
+        before = stream(first, head)
+        resumed = factory()
+        resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+        again = pickle.loads(pickle.dumps(first))
+        assert _same_events(before + stream(resumed, tail), whole), f"{name}: JSON state resumed at {cut} differs"
+        assert _same_events(before + stream(again, tail), whole), f"{name}: pickle resumed at {cut} differs"
+    fresh = factory().state_dict()
+    det.reset()
+    assert det.state_dict() == fresh, f"{name}: reset() differs from a fresh detector"
+    # a non-finite value of each scalar input leaves the statistics untouched
+    for inp in det.inputs:
+        if SIGNALS[inp.name].form != "scalar":
+            continue
+        d = factory()
+        head = [r for r in rows if r[0] < cuts[-1]]
+        stream(d, head)
+        s, kw = next((r for r in rows if r[0] >= cuts[-1]), rows[-1])
+        for bad in (math.nan, math.inf) if SIGNALS[inp.name].nonneg else (math.nan, math.inf, -math.inf):
+            snap = d.state_dict()
+            got = d.update(step=s, **{**kw, inp.name: bad})
+            after = d.state_dict()
+            d.load_state_dict(snap)
+            if any(e.kind.value == "nonfinite" for e in got):
+                continue
+            if inp.required:  # the step's value is refused as a whole: only the step moves
+                want = json.loads(json.dumps(snap))
+                want["state"]["last_step"] = after["state"].get("last_step")
+            else:  # an optional input that is not finite counts as not measured
+                twin = factory()
+                twin.load_state_dict(snap)
+                rest = {k: v for k, v in kw.items() if k != inp.name}
+                if not rest:
+                    continue
+                twin.update(step=s, **rest)
+                want = twin.state_dict()
+            assert _close_state(after, want), f"{name}: a {bad} {inp.name} changed the state"
+    # bad settings name the parameter
+    cls = type(det)
+    for pname, p in inspect.signature(cls.__init__).parameters.items():
+        if pname == "self" or p.default is inspect.Parameter.empty:
+            continue
+        bad = _bad_value(p.default)
+        if bad is None:
+            continue
+        try:
+            cls(**{pname: bad})
+        except ValueError as exc:
+            assert pname in str(exc), f"{name}({pname}={bad!r}): the error does not name it: {exc}"
+        else:
+            raise AssertionError(f"{name}({pname}={bad!r}) was accepted")
+    # a foreign or incomplete state is refused
+    snap = factory().state_dict()
+    for broken in ({**snap, "detector": "Other"}, {**snap, "state": dict(list(snap["state"].items())[1:])},
+                   {"detector": name}):
+        try:
+            factory().load_state_dict(broken)
+        except ValueError:
+            continue
+        raise AssertionError(f"{name}.load_state_dict accepted a foreign or incomplete state")
+
+
+__all__ += ["check_detector", "example_inputs"]

@@ -1380,8 +1380,8 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
                 src_steps, value = st, given
             mat, valid, nm = _matrix_input(col, value, n)
             specs[col] = (nm, mat.shape[1])
-            TraceWriter._place(col, src_steps, st, st, mat, valid, aligned, sparse)
-        lnames = w._check_layers(specs.get("layer_grad_norms"), specs.get("layer_update_ratios"))
+            TraceWriter._place(col, src_steps, st, st, mat, valid, aligned, sparse)  # noqa: SLF001 - this module's own writer
+        lnames = w._check_layers(specs.get("layer_grad_norms"), specs.get("layer_update_ratios"))  # noqa: SLF001 - this module's own writer
         if activations is not None:
             if _is_pair(activations) and not isinstance(activations, Mapping):
                 src_steps, amap = activations
@@ -1390,15 +1390,15 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
             stats, an = _acts_input(amap, None if src_steps is not st else n)
             if stats:
                 width = next(iter(stats.values()))[0].shape[1]
-                anames = w._check_width("activations", an, width)
+                anames = w._check_width("activations", an, width)  # noqa: SLF001 - this module's own writer
                 for stat, (mat, valid) in stats.items():
-                    TraceWriter._place(f"act_{stat}", src_steps, st, st, mat, valid, aligned, sparse)
+                    TraceWriter._place(f"act_{stat}", src_steps, st, st, mat, valid, aligned, sparse)  # noqa: SLF001 - this module's own writer
         evs = [_as_event(e) for e in events]
         block = _Block(st, aligned, sparse, evs, wall)
-        w._learn("layer_grad_norms", lnames)
+        w._learn("layer_grad_norms", lnames)  # noqa: SLF001 - this module's own writer
         if anames is not None:
-            w._resolve("activations", anames, len(anames))
-        w._write_block(block)
+            w._resolve("activations", anames, len(anames))  # noqa: SLF001 - this module's own writer
+        w._write_block(block)  # noqa: SLF001 - this module's own writer
         return block.n
 
 

@@ -1,6 +1,6 @@
 """The streaming detectors. Each is usable alone on any stream; the Monitor runs a suite of them."""
 
-from ._base import Detector, DetectorProtocol
+from ._base import Detector, DetectorProtocol, Input
 from .activation_health import ActivationHealth
 from .cusum_plateau import CUSUMPlateau
 from .ewma_spike import EWMASpike, GuardedEWMASpike
@@ -19,6 +19,7 @@ __all__ = [
     "DetectorProtocol",
     "EWMASpike",
     "GuardedEWMASpike",
+    "Input",
     "LRAnomaly",
     "LayerGradCliff",
     "LayerUpdateRatio",

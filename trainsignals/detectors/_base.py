@@ -2,11 +2,16 @@
 
 Every detector:
 
+* declares its inputs once, as :class:`Input` s naming signals of the vocabulary
+  (:data:`trainsignals.signals.SIGNALS`): the binding to the Monitor's signals is by name;
 * takes its configuration as public, validated constructor arguments;
-* keeps its state in private attributes created in one place, ``_reset``;
-* has a scalar ``update(...) -> Event | None`` and a batch twin ``scan(...) -> list[Event]``
-  that gives exactly the events the scalar path gives;
-* round-trips through ``state_dict()`` / ``load_state_dict()`` (JSON-serialisable) and pickle.
+* keeps its state in private attributes created in one place, ``_reset``, listed once in
+  ``_state_keys`` (which gives ``reset``, ``state_dict``, ``load_state_dict`` and pickling);
+* has a keyword-only ``update(*, step=None, **signals) -> list[Event]`` and a batch twin
+  ``scan(*, steps=None, **signals) -> list[Event]`` that gives exactly the events of
+  ``update``; the base class coerces the inputs, fills absent optional ones and aligns
+  inputs of different cadences, so a subclass writes only ``_step(*values, step)`` (and,
+  for speed, ``_fast``).
 
 The batch twin works by *speculative vectorisation*: a detector's ``_fast`` method advances its
 state over a block of ordinary inputs with NumPy (linear recurrences through
@@ -20,29 +25,46 @@ from __future__ import annotations
 import inspect
 import math
 from collections import deque
-from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 from .._events import Event
-from .._validate import to_float, to_step
+from .._layers import LayerValues
+from .._validate import to_step
+from ..signals import SIGNALS, Column, LayerStats, activations, as_steps, column, layers, scalar
 
-__all__ = ["Detector", "DetectorProtocol"]
+__all__ = ["Detector", "DetectorProtocol", "Input"]
 
+#: per input declaration: (name, is a scalar, must be >= 0), looked up once
+_SPECS: dict[tuple[Input, ...], tuple[tuple[str, bool, bool], ...]] = {}
 _MIN_BLOCK = 2048
 _MAX_BLOCK = 1 << 15
 
 
+class Input(NamedTuple):
+    """One input of a detector: a signal of :data:`~trainsignals.signals.SIGNALS`, by name.
+
+    Attributes:
+        name: the signal (``"loss"``, ``"grad_norm"``, ``"val_loss"``, ``"layer_grad_norms"``, ...).
+        required: the detector runs only at steps that have it; an optional input that is
+            absent reaches the detector as ``nan`` (scalars) or ``None`` (other forms).
+    """
+
+    name: str
+    required: bool = True
+
+
 @runtime_checkable
 class DetectorProtocol(Protocol):
-    """What adapters and the Monitor rely on."""
+    """What adapters and the Monitor rely on: the detector contract."""
 
-    signals: tuple[str, ...]
+    inputs: tuple[Input, ...]
 
-    def update(self, *values: Any, step: int | None = None) -> Event | None: ...
+    def update(self, *, step: int | None = None, **signals: Any) -> list[Event]: ...
 
-    def scan(self, *arrays: Any, steps: Any = None) -> list[Event]: ...
+    def scan(self, *, steps: Any = None, **signals: Any) -> list[Event]: ...
 
     def reset(self) -> None: ...
 
@@ -64,18 +86,21 @@ def _jsonable(v: Any) -> Any:
         return {str(k): _jsonable(x) for k, x in v.items()}
     if hasattr(v, "value") and isinstance(v.value, str):  # enums
         return v.value
+    if callable(v):  # a schedule: named by where it lives (the same in every process)
+        return f"callable {getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', type(v).__name__)}"
     return v
 
 
 class Detector:
     """Base class of the streaming detectors (see the module docstring for the protocol).
 
-    Subclasses set ``signals`` (the names of ``update``'s positional inputs), implement
-    ``_reset`` (create every state attribute, listed in ``_state_keys``) and ``_step`` (the
-    scalar logic, on Python floats), and may implement ``_fast`` (the vectorised advance).
+    Subclasses declare ``inputs`` (a class attribute, or a property when the configuration
+    picks the signal), implement ``_reset`` (create every state attribute, listed in
+    ``_state_keys``) and ``_step(*values, step)`` (the per-step logic, on Python floats), and
+    may implement ``_fast`` (the vectorised advance of ``scan``).
     """
 
-    signals: ClassVar[tuple[str, ...]] = ("x",)
+    inputs: tuple[Input, ...] = ()
     _state_keys: ClassVar[tuple[str, ...]] = ()
 
     # -- configuration --------------------------------------------------------------------
@@ -152,38 +177,91 @@ class Detector:
             )
         self._set_state(state["state"])
 
-    # -- streaming ------------------------------------------------------------------------
-    def update(self, x: Any, *more: Any, step: int | None = None) -> Event | None:
-        """Feed one observation of each signal in ``signals``; returns an event or ``None``.
+    # -- inputs ---------------------------------------------------------------------------
+    @property
+    def layer_names(self) -> tuple[str, ...] | None:
+        """The layer names a per-layer input has carried so far (``None``: none yet, or no such input)."""
+        return None
 
-        Non-finite values are skipped (the Monitor reports them as ``nonfinite`` events);
-        they never touch the statistics.
+    @property
+    def feed(self) -> Callable[..., Event | list[Event] | None]:
+        """The per-step entry the Monitor's loop calls: ``feed(*values, step)``.
+
+        ``values`` come in the order of :attr:`inputs`, already coerced by
+        :mod:`trainsignals.signals` (scalars as floats, an absent optional scalar as ``nan``,
+        per-layer values as :class:`~trainsignals.LayerValues`); returns an event, a list of
+        events or ``None``. Subclasses implement it as ``_step``.
+        """
+        return self._step
+
+    #: the per-step logic: ``_step(*values, step)``, values in the order of :attr:`inputs`
+    _step: Callable[..., Event | list[Event] | None]
+    #: the last step seen (-1 before any): every detector keeps it in its state
+    _last_step: int
+
+    def _coerce(self, name: str, value: Any) -> Any:
+        form = SIGNALS[name].form
+        if form == "scalar":
+            return scalar(name, value)
+        if form == "layers":
+            return layers(name, value, self.layer_names)
+        return activations(value, self.layer_names)
+
+    def _missing(self, signals: Mapping[str, Any]) -> bool:
+        return any(i.required and signals.get(i.name) is None for i in self.inputs)
+
+    def _check_names(self, signals: Mapping[str, Any], what: str) -> None:
+        known = {i.name for i in self.inputs}
+        unknown = sorted(set(signals) - known)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.{what}() got unknown signal(s) {unknown}; "
+                            f"its inputs are {[i.name for i in self.inputs]}")
+        missing = [i.name for i in self.inputs if i.required and signals.get(i.name) is None]
+        if missing:
+            raise TypeError(f"{type(self).__name__}.{what}() needs {', '.join(missing)}")
+        if all(v is None for v in signals.values()):
+            raise TypeError(f"{type(self).__name__}.{what}() needs at least one of {[i.name for i in self.inputs]}")
+
+    # -- streaming ------------------------------------------------------------------------
+    def update(self, *, step: int | None = None, **signals: Any) -> list[Event]:
+        """Feed one step's values of this detector's :attr:`inputs`, by name; returns its events.
+
+        Non-finite values never touch the statistics (the Monitor reports them as
+        ``nonfinite`` events). A refused call changes nothing.
 
         Raises:
-            TypeError: a value is not a real number (the message names the signal).
+            TypeError: an unknown or missing input, or a value that is not a number (named).
+            ValueError: an impossible value (a negative grad norm, ...) or a decreasing step.
         """
-        if more or len(self.signals) != 1:
-            if len(more) + 1 != len(self.signals):
-                raise TypeError(
-                    f"{type(self).__name__}.update takes {len(self.signals)} value(s) "
-                    f"({', '.join(self.signals)}), got {len(more) + 1}"
-                )
-            xs = [to_float(name, v) for name, v in zip(self.signals, (x, *more))]
-            s = self._last_step + 1 if step is None else to_step(step)  # type: ignore[attr-defined]
-            return self._step(*xs, s)  # type: ignore[call-arg, arg-type]
-        if type(x) is not float:
-            x = to_float(self.signals[0], x)
-        if step is None:
-            step = self._last_step + 1  # type: ignore[attr-defined]
-        elif type(step) is not int:
-            step = to_step(step)
-        return self._step(x, step)
-
-    def _step(self, x: float, step: int) -> Event | None:
-        raise NotImplementedError
+        spec = _SPECS.get(self.inputs)
+        if spec is None:
+            spec = _SPECS[self.inputs] = tuple(
+                (i.name, SIGNALS[i.name].form == "scalar", SIGNALS[i.name].nonneg) for i in self.inputs)
+        values = []
+        given = 0
+        for name, is_scalar, nonneg in spec:
+            v = signals.get(name)
+            if v is None:
+                values.append(math.nan if is_scalar else None)
+                continue
+            given += 1
+            if is_scalar and type(v) is float and (v >= 0.0 or not nonneg):
+                values.append(v)  # the common case: a float in range
+            else:
+                values.append(self._coerce(name, v))
+        if given != len(signals) or not given or given < len(spec) and self._missing(signals):
+            self._check_names(signals, "update")
+        last = self._last_step
+        s = last + 1 if step is None else to_step(step)
+        if s < last:
+            raise ValueError(f"step must not decrease: got {s} after {last}")
+        got = self._step(*values, s)
+        if got is None:
+            return []
+        return got if type(got) is list else [got]  # type: ignore[list-item]
 
     # -- batch ----------------------------------------------------------------------------
-    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+    def _fast(self, arrays: Sequence[Any], steps: np.ndarray, i: int, j: int) -> int:
         """Advance the state over ``[i, j)`` as far as no input needs scalar logic.
 
         Returns how many inputs were consumed; the input after them (if any) is then fed to
@@ -191,129 +269,148 @@ class Detector:
         """
         return 0
 
-    def scan(self, *arrays: Any, steps: Any = None) -> list[Event]:
-        """Batch twin of :meth:`update`: feed whole arrays, get the same events.
+    def scan(self, *, steps: Any = None, **signals: Any) -> list[Event]:
+        """Batch twin of :meth:`update`: whole arrays in, exactly the events of feeding them one by one.
 
         Args:
-            *arrays: One 1-D array-like per signal in ``signals``, of equal length.
-            steps: The step of each value (integers, increasing); defaults to
-                consecutive steps after the last one seen.
+            steps: the step of each entry of the aligned inputs (integers, non-decreasing);
+                defaults to consecutive steps after the last one seen.
+            **signals: this detector's inputs by name: 1-D arrays aligned with ``steps`` (a
+                masked entry or a pyarrow null is a gap: not measured), ``(steps, values)``
+                pairs for inputs with their own cadence, ``(steps, layers)`` matrices or
+                ``{layer: array}`` for per-layer inputs (see :func:`trainsignals.signals.column`).
         """
-        if len(arrays) != len(self.signals):
-            raise TypeError(
-                f"{type(self).__name__}.scan takes {len(self.signals)} array(s) "
-                f"({', '.join(self.signals)}), got {len(arrays)}"
-            )
-        cols = [_as_1d(name, a) for name, a in zip(self.signals, arrays)]
-        n = len(cols[0])
-        for name, c in zip(self.signals, cols):
-            if len(c) != n:
-                raise ValueError(f"{name} has {len(c)} values, expected {n}")
-        st = _steps_for(steps, n, self._last_step)  # type: ignore[attr-defined]
-        return run_scan(self, cols, st)
+        self._check_names(signals, "scan")
+        cols = {i.name: column(i.name, signals[i.name], self.layer_names)
+                for i in self.inputs if signals.get(i.name) is not None}
+        arrays, st = align(self.inputs, cols, steps, self._last_step)
+        return self._drive(arrays, st, [cols[i.name].names if i.name in cols else None for i in self.inputs])
+
+    def _drive(self, cols: list[Any], steps: np.ndarray,
+             names: Sequence[tuple[str, ...] | None] | None = None) -> list[Event]:
+        """The shared batch driver: vectorised advances interleaved with scalar steps.
+
+        Blocks grow while the fast path consumes them whole; stretches that need the scalar path
+        (warm-up, an alarm, a run of anomalies) are walked in scalar runs that grow while the fast
+        path keeps declining, so the cost never exceeds the streaming path by much. ``cols`` holds
+        one array per input: 1-D for scalars, ``(n, layers)`` or ``(n, 2, layers)`` for the other
+        forms (rows reach ``_step`` as :class:`~trainsignals.LayerValues` / ``LayerStats`` with
+        the layer ``names`` of that input).
+        """
+        n = len(steps)
+        events: list[Event] = []
+        i = 0
+        block = _MIN_BLOCK
+        scalar_run = 1
+        fast = self._fast
+        step_fn = self._step
+        nm = list(names) if names is not None else [None] * len(cols)
+        while i < n:
+            j = min(n, i + block)
+            k = fast(cols, steps, i, j)
+            i += k
+            if i == j:
+                block = min(block * 2, _MAX_BLOCK)
+                continue
+            block = max(_MIN_BLOCK, block // 4)
+            scalar_run = min(scalar_run * 2, 256) if k == 0 else 1
+            end = min(n, i + scalar_run)
+            for args in zip(*(_rows(c, nm[r], i, end) for r, c in enumerate(cols)), steps[i:end].tolist()):
+                ev = step_fn(*args)
+                if isinstance(ev, list):
+                    events.extend(ev)
+                elif ev is not None:
+                    events.append(ev)
+            i = end
+        return events
 
 
-class PairDetector(Detector):
-    """A detector of two signals; the second may be omitted (``nan``: not measured)."""
+def align(inputs: Sequence[Input], cols: Mapping[str, Column], steps: Any,
+          last_step: int) -> tuple[list[Any], np.ndarray]:
+    """The inputs' columns on one grid of steps, in the order of ``inputs``, for the batch driver of :meth:`Detector.scan`.
 
-    def update(self, x: Any, y: Any = math.nan, *, step: int | None = None) -> Event | None:  # type: ignore[override]
-        """Feed one value of each signal in ``signals`` (the second may be left out)."""
-        if type(x) is not float:
-            x = to_float(self.signals[0], x)
-        if type(y) is not float:
-            y = math.nan if y is None else to_float(self.signals[1], y)
-        if step is None:
-            step = self._last_step + 1  # type: ignore[attr-defined]
-        elif type(step) is not int:
-            step = to_step(step)
-        return self._step(x, y, step)  # type: ignore[call-arg]
-
-    def scan(self, x: Any, y: Any = None, *, steps: Any = None) -> list[Event]:  # type: ignore[override]
-        """Batch twin of :meth:`update`; ``y`` may be left out (all ``nan``)."""
-        if y is None:
-            y = np.full(len(_as_1d(self.signals[0], x)), np.nan)
-        return Detector.scan(self, x, y, steps=steps)
-
-
-class TripleDetector(Detector):
-    """A detector of three signals; the second and third may be omitted (``nan``: not measured)."""
-
-    def update(self, x: Any, y: Any = math.nan, z: Any = math.nan, *,  # type: ignore[override]
-               step: int | None = None) -> Event | None:
-        """Feed one value of each signal in ``signals`` (the second and third may be left out)."""
-        if type(x) is not float:
-            x = to_float(self.signals[0], x)
-        if type(y) is not float:
-            y = math.nan if y is None else to_float(self.signals[1], y)
-        if type(z) is not float:
-            z = math.nan if z is None else to_float(self.signals[2], z)
-        if step is None:
-            step = self._last_step + 1  # type: ignore[attr-defined]
-        elif type(step) is not int:
-            step = to_step(step)
-        return self._step(x, y, z, step)  # type: ignore[call-arg]
-
-    def scan(self, x: Any, y: Any = None, z: Any = None, *, steps: Any = None) -> list[Event]:  # type: ignore[override]
-        """Batch twin of :meth:`update`; ``y`` and ``z`` may be left out (all ``nan``)."""
-        n = len(_as_1d(self.signals[0], x))
-        return Detector.scan(self, x, np.full(n, np.nan) if y is None else y,
-                             np.full(n, np.nan) if z is None else z, steps=steps)
-
-
-def _as_1d(name: str, a: Any) -> np.ndarray:
-    try:
-        arr = np.asarray(a, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be an array of real numbers") from exc
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
-    return arr
-
-
-def _steps_for(steps: Any, n: int, last_step: int) -> np.ndarray:
-    if steps is None:
-        return np.arange(last_step + 1, last_step + 1 + n, dtype=np.int64)
-    st = np.asarray(steps)
-    if st.ndim != 1 or len(st) != n:
-        raise ValueError(f"steps must be 1-D with {n} values, got shape {st.shape}")
-    if st.dtype.kind not in "iu":
-        if st.dtype.kind == "f" and np.all(np.isfinite(st)) and np.all(st == np.round(st)):
-            st = st.astype(np.int64)
-        else:
-            raise TypeError("steps must be integers")
-    return st.astype(np.int64, copy=False)
-
-
-def run_scan(det: Detector, cols: list[np.ndarray], steps: np.ndarray) -> list[Event]:
-    """The shared batch driver: vectorised advances interleaved with scalar steps.
-
-    Blocks grow while the fast path consumes them whole; stretches that need the scalar path
-    (warm-up, an alarm, a run of anomalies) are walked in scalar runs that grow while the fast
-    path keeps declining, so the cost never exceeds the streaming path by much.
+    Aligned columns share ``steps``; a sparse column (its own steps) joins the grid after the
+    aligned rows of the same or an earlier step, merged into a row of the same step. Only the
+    rows where every required input was measured (where none is required: any input) are kept;
+    an absent scalar is ``nan`` there, an absent row of another form is all ``nan``.
     """
-    n = len(steps)
-    events: list[Event] = []
-    i = 0
-    block = _MIN_BLOCK
-    scalar_run = 1
-    fast = det._fast
-    step_fn = det._step
-    while i < n:
-        j = min(n, i + block)
-        k = fast(cols, steps, i, j)
-        i += k
-        if i == j:
-            block = min(block * 2, _MAX_BLOCK)
-            continue
-        block = max(_MIN_BLOCK, block // 4)
-        scalar_run = min(scalar_run * 2, 256) if k == 0 else 1
-        end = min(n, i + scalar_run)
-        for args in zip(*(c[i:end].tolist() for c in cols), steps[i:end].tolist()):
-            ev = step_fn(*args)
-            if ev is not None:
-                events.append(ev)
-        i = end
-    return events
+    aligned = [c for c in cols.values() if c.steps is None]
+    lens = {len(c) for c in aligned}
+    if len(lens) > 1:
+        raise ValueError(f"aligned signals must have equal lengths, got {sorted(lens)}")
+    n = lens.pop() if lens else 0
+    if aligned:
+        st = np.arange(last_step + 1, last_step + 1 + n, dtype=np.int64) if steps is None else \
+            as_steps("steps", steps, n)
+    else:
+        st = np.zeros(0, dtype=np.int64)
+    if len(st) and (st[0] < last_step or np.any(np.diff(st) < 0)):
+        raise ValueError("step must not decrease")
+    sparse = [c for c in cols.values() if c.steps is not None]
+    masked = any(c.mask is not None for c in aligned)
+    if not sparse and not masked:
+        if not aligned:
+            return [], st
+        arrays = [cols[i.name].values if i.name in cols else _absent(i.name, n, cols) for i in inputs]
+        return arrays, st
+    # one grid: the aligned steps and the sparse steps that fall between them
+    extra = [c.steps for c in sparse if c.steps is not None]
+    all_steps = np.concatenate([st, *extra]) if extra else st
+    if len(all_steps) and np.any(all_steps < last_step):
+        raise ValueError("step must not decrease")
+    new = np.unique(np.concatenate(extra)) if extra else np.zeros(0, dtype=np.int64)
+    new = new[~np.isin(new, st)]
+    grid = np.sort(np.concatenate([st, new]), kind="stable")
+    m = len(grid)
+    at_dense = np.searchsorted(grid, st, side="left") + _rank_in_runs(st)  # rows of the aligned entries
+    present = np.zeros((len(inputs), m), dtype=bool)
+    arrays = []
+    for r, inp in enumerate(inputs):
+        c = cols.get(inp.name)
+        out = _absent(inp.name, m, cols)
+        if c is not None:
+            if c.steps is None:
+                rows, vals = at_dense, c.values
+                if c.mask is not None:
+                    rows, vals = rows[c.mask], vals[c.mask]
+            else:
+                rows = np.searchsorted(grid, c.steps, side="right") - 1  # the last row of that step
+                vals = c.values
+            out[rows] = vals
+            present[r, rows] = True
+        arrays.append(out)
+    req = [r for r, i in enumerate(inputs) if i.required]
+    keep = present[req].all(axis=0) if req else present.any(axis=0)
+    return [a[keep] for a in arrays], grid[keep]
+
+
+def _rank_in_runs(st: np.ndarray) -> np.ndarray:
+    """For non-decreasing steps, each entry's position within its run of equal steps."""
+    if not len(st):
+        return np.zeros(0, dtype=np.int64)
+    idx = np.arange(len(st))
+    starts = np.r_[0, np.nonzero(np.diff(st))[0] + 1]
+    first = np.repeat(starts, np.diff(np.r_[starts, len(st)]))
+    return idx - first
+
+
+def _absent(name: str, n: int, cols: Mapping[str, Column]) -> np.ndarray:
+    """An input that was not given: ``nan`` for every row (in the shape of its form)."""
+    form = SIGNALS[name].form
+    if form == "scalar":
+        return np.full(n, np.nan)
+    width = next((len(c.names) for c in cols.values() if c.name == name and c.names is not None), 0)
+    return np.full((n, width) if form == "layers" else (n, 2, width), np.nan)
+
+
+def _rows(c: Any, names: tuple[str, ...] | None, i: int, end: int) -> list[Any]:
+    """Entries ``[i, end)`` of one aligned input as ``_step`` takes them."""
+    if c.ndim == 1:
+        return c[i:end].tolist()
+    keys = names if names is not None else tuple(f"layer{k}" for k in range(c.shape[-1]))
+    if c.ndim == 2:
+        return [LayerValues(keys, row) for row in c[i:end]]
+    return [LayerStats(keys, m) for m in c[i:end]]
 
 
 def isfinite(x: float) -> bool:
@@ -321,4 +418,4 @@ def isfinite(x: float) -> bool:
     return x - x == 0.0
 
 
-__all__ += ["run_scan", "isfinite", "math"]
+__all__ += ["isfinite", "align"]

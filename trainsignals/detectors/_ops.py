@@ -6,8 +6,16 @@ The scalar paths use exactly these forms, ``m = a*x + b*m`` with ``b = 1 - a``, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from scipy.signal import lfilter
+
+
+def lfilter(*args: Any, **kwargs: Any) -> Any:
+    """``scipy.signal.lfilter``, imported on first use: ``import trainsignals`` stays light."""
+    from scipy.signal import lfilter as _lfilter
+
+    return _lfilter(*args, **kwargs)
 
 
 def ewma(x: np.ndarray, a: float, b: float, m0: float) -> np.ndarray:

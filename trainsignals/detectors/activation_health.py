@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range, to_step
-from ._base import Detector, _jsonable
-
-STATS = ("dead_frac", "saturation")
-ALL_STATS = ("dead_frac", "saturation", "mean", "var", "min", "max")
+from .._validate import check_range
+from ..signals import ACT_STATS as STATS
+from ..signals import LayerStats
+from ._base import Detector, Input, _jsonable
 
 
 class ActivationHealth(Detector):
@@ -42,13 +40,13 @@ class ActivationHealth(Detector):
 
     Example:
         >>> det = ActivationHealth()
-        >>> evs = [det.update({"fc1": {"dead_frac": d, "saturation": 0.0}}, step=10 * i)
+        >>> evs = [det.update(activations={"fc1": {"dead_frac": d, "saturation": 0.0}}, step=10 * i)
         ...        for i, d in enumerate([0.3, 0.3, 0.5, 0.8, 0.95, 0.97, 0.99])]
         >>> [(e.kind.value, e.step, e.onset_step, e.layer) for evl in evs for e in evl]
         [('dead_units', 40, 10, 'fc1')]
     """
 
-    signals = ("activations",)
+    inputs = (Input("activations"),)
     _state_keys = ("n", "names", "base", "run", "fired", "calm", "last_step")
 
     def __init__(self, dead_threshold: float = 0.9, saturation_threshold: float = 0.5, patience: int = 3,
@@ -91,56 +89,15 @@ class ActivationHealth(Detector):
     def _get_state(self) -> dict[str, Any]:
         return {k: _jsonable(getattr(self, "_" + k)) for k in self._state_keys}
 
-    def update(self, *values: Any, step: int | None = None) -> list[Event]:  # type: ignore[override]
-        """Feed one sample; returns the (possibly several, one per layer and kind) events."""
-        if len(values) != 1:
-            raise TypeError("ActivationHealth.update takes one mapping of per-layer statistics")
-        mat, names = self._parse(values[0])
-        s = self._last_step + 1 if step is None else to_step(step)
+    @property
+    def layer_names(self) -> tuple[str, ...] | None:
+        """The layers seen so far (``None`` before the first sample)."""
+        return self._names
+
+    def _step(self, sample: LayerStats, step: int) -> list[Event]:
         if self._names is None:
-            self._names = names
-        return self._sample(mat, s)
-
-    def _parse(self, acts: Any) -> tuple[np.ndarray, tuple[str, ...]]:
-        """Validate one sample; returns the (2, layers) matrix and the layer names."""
-        if not isinstance(acts, Mapping):
-            raise TypeError("activations must be a mapping {layer: {'dead_frac': f, 'saturation': f}}")
-        if acts and all(k in ALL_STATS for k in acts) and not any(isinstance(v, Mapping) for v in acts.values()):
-            return self._parse_columns(acts)
-        names = tuple(str(k) for k in acts)
-        if self._names is not None and names != self._names:
-            raise ValueError(f"activations layers changed: expected {list(self._names)}, got {list(names)}")
-        mat = np.full((2, len(names)), np.nan)
-        for j, stats in enumerate(acts.values()):
-            if not isinstance(stats, Mapping):
-                raise TypeError("activations must map each layer to a mapping of statistics")
-            for r, key in enumerate(STATS):
-                if key in stats and stats[key] is not None:
-                    try:
-                        mat[r, j] = float(stats[key])
-                    except (TypeError, ValueError) as exc:
-                        raise TypeError(f"activations[{names[j]!r}][{key!r}] must be a real number") from exc
-        return mat, names
-
-    def _parse_columns(self, acts: Mapping[str, Any]) -> tuple[np.ndarray, tuple[str, ...]]:
-        """The fast form for many layers: ``{"dead_frac": vector, "saturation": vector}``."""
-        cols = {}
-        for key, v in acts.items():
-            try:
-                cols[key] = np.asarray(v, dtype=np.float64).reshape(-1)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"activations[{key!r}] must be a vector of real numbers") from exc
-        lens = {len(c) for c in cols.values()}
-        if len(lens) != 1:
-            raise ValueError(f"activations vectors must have one value per layer, got lengths {sorted(lens)}")
-        L = lens.pop()
-        names = self._names if self._names is not None and len(self._names) == L else tuple(
-            f"layer{i}" for i in range(L))
-        mat = np.full((2, L), np.nan)
-        for r, key in enumerate(STATS):
-            if key in cols:
-                mat[r] = cols[key]
-        return mat, names
+            self._names = sample.names
+        return self._sample(sample.matrix, step)
 
     def _sample(self, mat: np.ndarray, step: int) -> list[Event]:
         self._last_step = step
@@ -183,47 +140,4 @@ class ActivationHealth(Detector):
                 msg = f"{100 * v:.3g}% of layer {layer}'s units are saturated ({self.patience} samples in a row)"
             events.append(make_event(kind, "warning", step, int(self._calm[r, c]), type(self).__name__,
                                      f"activations[{layer}].{STATS[r]}", v, thr, msg, layer=layer))
-        return events
-
-    def _step(self, x: float, step: int) -> Event | None:  # pragma: no cover - vector detector
-        raise TypeError("ActivationHealth works on per-layer statistics: use update(mapping) or scan(...)")
-
-    def scan(self, *arrays: Any, steps: Any = None) -> list[Event]:  # type: ignore[override]
-        """Batch twin: ``{layer: {"dead_frac": 1-D array, "saturation": 1-D array}}`` (one entry per sample)."""
-        if len(arrays) != 1 or not isinstance(arrays[0], Mapping):
-            raise TypeError("ActivationHealth.scan takes {layer: {stat: 1-D array}}")
-        acts = arrays[0]
-        names = tuple(str(k) for k in acts)
-        if self._names is not None and names != self._names:
-            raise ValueError(f"activations layers changed: expected {list(self._names)}, got {list(names)}")
-        cols = []
-        n = None
-        for stats in acts.values():
-            rows = []
-            for key in STATS:
-                if key in stats and stats[key] is not None:
-                    a = np.asarray(stats[key], dtype=np.float64).reshape(-1)
-                else:
-                    a = None
-                rows.append(a)
-            lens = {len(a) for a in rows if a is not None}
-            if len(lens) > 1 or (n is not None and lens and lens != {n}):
-                raise ValueError("activations arrays must all have one entry per sample")
-            if lens:
-                n = lens.pop()
-            cols.append(rows)
-        n = n or 0
-        cube = np.full((n, 2, len(names)), np.nan)
-        for c, rows in enumerate(cols):
-            for r, a in enumerate(rows):
-                if a is not None:
-                    cube[:, r, c] = a
-        from ._base import _steps_for
-
-        st = _steps_for(steps, n, self._last_step).tolist()
-        if self._names is None:
-            self._names = names
-        events: list[Event] = []
-        for t in range(n):
-            events.extend(self._sample(cube[t], st[t]))
         return events

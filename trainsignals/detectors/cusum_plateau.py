@@ -12,8 +12,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range
-from ._base import TripleDetector
+from .._validate import check_range, check_signal
+from ._base import Detector, Input
 from ._ops import ewma, first_true, shifted
 
 _LN10 = math.log(10.0)
@@ -29,7 +29,7 @@ def _factor(d: float) -> str:
     return f"{pct:.2g}%" if pct < 100.0 else f"{math.exp(d):.3g}x"
 
 
-class CUSUMPlateau(TripleDetector):
+class CUSUMPlateau(Detector):
     """Flags a stall: no new best loss for ``patience`` values while the run has stopped moving.
 
     On ``y = log(loss)`` the detector keeps a smoothed level ``s`` (EWMA, weight ``alpha``),
@@ -104,7 +104,7 @@ class CUSUMPlateau(TripleDetector):
         >>> rng = np.random.default_rng(1)
         >>> t = np.minimum(np.arange(600), 300)
         >>> loss = 3.0 * np.exp(-t / 150) * np.exp(rng.normal(0, 0.02, 600))
-        >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss, np.full(600, np.nan))]
+        >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss=loss)]
         [(385, 325)]
 
         The same loss with a grad norm that stays in its band says nothing: it could be a
@@ -112,13 +112,12 @@ class CUSUMPlateau(TripleDetector):
 
         >>> grad = np.exp(rng.normal(0, 0.1, 600))
         >>> ratio = np.where(np.arange(600) < 300, 1e-3, 1e-7) * np.exp(rng.normal(0, 0.1, 600))
-        >>> CUSUMPlateau(patience=60).scan(loss, grad)
+        >>> CUSUMPlateau(patience=60).scan(loss=loss, grad_norm=grad)
         []
-        >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss, grad, ratio)]
+        >>> [(e.step, e.onset_step) for e in CUSUMPlateau(patience=60).scan(loss=loss, grad_norm=grad, update_ratio=ratio)]
         [(385, 325)]
     """
 
-    signals = ("loss", "grad_norm", "update_ratio")
     _state_keys = ("n", "s", "recent", "noise", "best", "first", "hist", "shist", "g", "ghist", "r", "rl", "rhist",
                    "armed", "alarm_best", "last_step")
 
@@ -162,7 +161,9 @@ class CUSUMPlateau(TripleDetector):
         self.min_delta = min_delta
         self.ratio_decades = ratio_decades
         self.ratio_alpha = ratio_alpha
+        check_signal("signal", signal)
         self.signal = signal
+        self.inputs = (Input(signal), Input("grad_norm", required=False), Input("update_ratio", required=False))
         self._a, self._b = float(alpha), 1.0 - float(alpha)
         self._na, self._nb = float(noise_alpha), 1.0 - float(noise_alpha)
         self._ra, self._rb = float(ratio_alpha), 1.0 - float(ratio_alpha)
@@ -236,10 +237,7 @@ class CUSUMPlateau(TripleDetector):
             return "abrupt"
         return None
 
-    def _step(self, x: float, grad: float, ratio: float, step: Any = None) -> Event | None:  # type: ignore[override]
-        # ``step`` is an int; called with three values, ``(loss, grad_norm, step)``, no update ratio was given
-        if step is None:
-            step, ratio = ratio, _NAN
+    def _step(self, x: float, grad: float, ratio: float, step: int) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
@@ -249,7 +247,7 @@ class CUSUMPlateau(TripleDetector):
             g = self._g
             lg = _log10(grad)
             self._g = lg if g is None else a * lg + self._b * g
-        if ratio == ratio:
+        if ratio - ratio == 0.0:  # a non-finite ratio counts as not measured
             self._r = ratio
         n = self._n
         if n == 0:
@@ -361,6 +359,8 @@ class CUSUMPlateau(TripleDetector):
         x = arrays[0][i:j]
         gr = arrays[1][i:j]
         rr = arrays[2][i:j] if len(arrays) > 2 else None
+        if rr is not None and not np.isfinite(rr[~np.isnan(rr)]).all():
+            rr = np.where(np.isfinite(rr), rr, np.nan)  # a non-finite ratio counts as not measured
         with np.errstate(divide="ignore", invalid="ignore"):
             y = np.log(x)
             lg = np.log10(gr)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._events import Event, Kind, make_event
-from .._validate import check_choice, check_range
-from ._base import Detector, PairDetector
+from .._validate import check_choice, check_range, check_signal
+from ._base import Detector, Input
 from ._ops import ewma, ewvar, first_true, shifted
 
 
@@ -111,7 +111,7 @@ class EWMASpike(Detector):
         >>> rng = np.random.default_rng(0)
         >>> loss = 2.0 * np.exp(-np.arange(100) / 80) * np.exp(rng.normal(0, 0.02, 100))
         >>> loss[60:62] *= 4.0
-        >>> [e.step for e in EWMASpike().scan(loss)]
+        >>> [e.step for e in EWMASpike().scan(loss=loss)]
         [60]
 
         A network that dies: the loss bursts to 1e6, then sits on a plateau 6x its old level
@@ -121,7 +121,7 @@ class EWMASpike(Detector):
         >>> loss = 0.4 * np.exp(rng.normal(0, 0.3, 300))
         >>> loss[150:156] = [150.0, 15.0, 20.0, 1e3, 1e6, 3e4]
         >>> loss[156:] = 2.3 * np.exp(rng.normal(0, 0.05, 144))
-        >>> [(e.step, e.kind.value, e.onset_step) for e in EWMASpike(persist_kind="divergence").scan(loss)]
+        >>> [(e.step, e.kind.value, e.onset_step) for e in EWMASpike(persist_kind="divergence").scan(loss=loss)]
         [(150, 'loss_spike', 150), (170, 'divergence', 150)]
 
         A small loss whose minibatch noise spans decades in log space, then one bad batch: the
@@ -130,13 +130,12 @@ class EWMASpike(Detector):
         >>> rng = np.random.default_rng(0)
         >>> loss = 0.05 * np.exp(rng.normal(0, 1.0, 300))
         >>> loss[200] = 10.0
-        >>> [e.step for e in EWMASpike(peak_ratio=None).scan(loss)]
+        >>> [e.step for e in EWMASpike(peak_ratio=None).scan(loss=loss)]
         []
-        >>> [e.step for e in EWMASpike().scan(loss)]
+        >>> [e.step for e in EWMASpike().scan(loss=loss)]
         [200]
     """
 
-    signals: ClassVar[tuple[str, ...]] = ("x",)
     _state_keys = ("n", "mean", "var", "pending", "has_pending", "run", "acc_up", "acc_dn", "ep",
                    "ep_left", "ep_start", "ep_ref", "ep_scale", "ep_sign", "ep_guard", "ep_gref", "ep_gheld", "glevel",
                    "gn", "cooldown_left", "alarms", "alarm_g", "last_step", "recent")
@@ -196,7 +195,9 @@ class EWMASpike(Detector):
         self.escalate_after = escalate_after
         self.escalate_window = escalate_window
         self.kind = kind
+        check_signal("signal", signal)
         self.signal = signal
+        self.inputs = self._inputs()
         self.severity = severity
         self.persist_kind = persist_kind
         self.settle_z = settle_z
@@ -270,7 +271,10 @@ class EWMASpike(Detector):
         self._n = n + 1
         self._has_pending = False
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _inputs(self) -> tuple[Input, ...]:
+        return (Input(self.signal),)
+
+    def _spike(self, x: float, step: int) -> Event | None:
         self._last_step = step
         if x - x != 0.0:
             return None
@@ -308,6 +312,8 @@ class EWMASpike(Detector):
             return None
         return self._judge(x, y, d, z, scale, step)
 
+
+    _step: Callable[..., Event | list[Event] | None] = _spike
     def _judge(self, x: float, y: float, d: float, z: float, scale: float, step: int) -> Event | None:  # noqa: C901
         mean = self._mean
         k, h = self._k, self._h
@@ -564,7 +570,7 @@ class EWMASpike(Detector):
         return lim, acc if end >= lim else 0.0
 
 
-class GuardedEWMASpike(PairDetector, EWMASpike):
+class GuardedEWMASpike(EWMASpike):
     """:class:`EWMASpike` with a second, optional *guard* signal that vets its ``critical`` events.
 
     Same rule, arguments and events as :class:`EWMASpike` on its first signal ``x``. The guard
@@ -596,28 +602,29 @@ class GuardedEWMASpike(PairDetector, EWMASpike):
         >>> down[100:] *= np.exp(-np.arange(100) / 5)
         >>> kw = dict(kind="grad_explosion", signal="grad_norm", min_ratio=10.0, threshold=6.0,
         ...           persist_kind="grad_explosion")
-        >>> [(e.step, e.severity) for e in GuardedEWMASpike(**kw).scan(g, up) if "come back" in e.message]
+        >>> [(e.step, e.severity) for e in GuardedEWMASpike(**kw).scan(grad_norm=g, loss=up) if "come back" in e.message]
         [(110, 'critical')]
-        >>> [(e.step, e.severity) for e in GuardedEWMASpike(**kw).scan(g, down) if "come back" in e.message]
+        >>> [(e.step, e.severity) for e in GuardedEWMASpike(**kw).scan(grad_norm=g, loss=down) if "come back" in e.message]
         [(110, 'warning')]
     """
 
-    signals = ("x", "guard")
+    def _inputs(self) -> tuple[Input, ...]:
+        return (Input(self.signal), Input("loss", required=False))
 
-    def _step(self, x: float, g: float, step: int) -> Event | None:  # type: ignore[override]
+    def _step(self, x: float, g: float, step: int) -> Event | None:
         gl = None
         if g - g == 0.0 and g > 0.0:
             gl = math.log(g)
             if self._ep_left > 0 and x - x == 0.0 and (x > 0.0 or not self.log):
                 self._ep_guard.append(gl)
-        ev = EWMASpike._step(self, x, step)
+        ev = self._spike(x, step)
         if gl is not None:
             self._glevel = self._a * gl + self._b * self._glevel if self._gn else gl
             self._gn += 1
         return ev
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        k = EWMASpike._fast(self, arrays[:1], steps, i, j)
+        k = super()._fast(arrays[:1], steps, i, j)
         if k:
             with np.errstate(divide="ignore", invalid="ignore"):
                 lg = np.log(arrays[1][i:i + k])

@@ -3,42 +3,23 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.signal import lfilter
 
 from .._events import Event, Kind, make_event
 from .._layers import LayerValues
-from .._validate import check_range, to_step
-from ._base import Detector, _jsonable
+from .._validate import check_range
+from ..signals import layers
+from ._base import Detector, Input, _jsonable
+from ._ops import lfilter
 
 
 def as_named_vector(name: str, value: Any, names: tuple[str, ...] | None) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Turn ``{name: x}``, a :class:`~trainsignals.LayerValues`, a sequence or an array into a
-    float vector and its layer names."""
-    if type(value) is LayerValues:  # an adapter's vector with its names: no conversion
-        vec, keys = value.array, value.names
-    elif isinstance(value, Mapping):
-        keys = tuple(value)
-        if keys != names:  # the same names as before (the common case) are already strings
-            keys = tuple(str(k) for k in keys)
-        try:
-            vec = np.fromiter((float(v) for v in value.values()), dtype=np.float64, count=len(keys))
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} values must be real numbers") from exc
-    else:
-        if isinstance(value, (str, bytes)):
-            raise TypeError(f"{name} must be a mapping or a sequence of numbers, got str")
-        try:
-            vec = np.asarray(value, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be a mapping or a sequence of numbers") from exc
-        keys = names if names is not None and len(names) == len(vec) else tuple(f"layer{i}" for i in range(len(vec)))
-    if names is not None and keys != names:
-        raise ValueError(f"{name} layers changed: expected {list(names)}, got {list(keys)}")
-    return vec, keys
+    """A per-layer value as a float vector and its layer names (see :func:`trainsignals.signals.layers`)."""
+    lv = layers(name, value, names)
+    return lv.array, lv.names
 
 
 class LayerGradCliff(Detector):
@@ -63,12 +44,11 @@ class LayerGradCliff(Detector):
         >>> import numpy as np
         >>> norms = np.tile([1.0, 0.5, 0.3, 0.2], (200, 1))
         >>> norms[100:, 0] = 1e-6
-        >>> [(e.step, e.layer) for e in LayerGradCliff().scan(norms)]
+        >>> [(e.step, e.layer) for e in LayerGradCliff().scan(layer_grad_norms=norms)]
         [(101, 'layer0')]
     """
 
-    signals = ("layer_grad_norms",)
-    _what = "layer_grad_norms"  # the input's name in errors
+    inputs = (Input("layer_grad_norms"),)
     _floor = 0.0  # values are taken at least this large before their log10 (0: a zero is skipped)
     _state_keys: ClassVar[tuple[str, ...]] = ("n", "names", "f", "s", "calm", "cooldown_left", "last_step")
 
@@ -111,15 +91,15 @@ class LayerGradCliff(Detector):
         self._cooldown_left = int(state["cooldown_left"])
         self._last_step = int(state["last_step"])
 
-    def update(self, *values: Any, step: int | None = None) -> Event | None:  # type: ignore[override]
-        """Feed one vector of per-layer values (mapping, sequence or array)."""
-        if len(values) != 1:
-            raise TypeError(f"{type(self).__name__}.update takes one vector of {self._what}")
-        vec, names = as_named_vector(self._what, values[0], self._names)
-        s = self._last_step + 1 if step is None else to_step(step)
+    @property
+    def layer_names(self) -> tuple[str, ...] | None:
+        """The layers seen so far (``None`` before the first value)."""
+        return self._names
+
+    def _step(self, values: LayerValues, step: int) -> Event | None:
         if self._names is None:
-            self._names = names
-        return self._row(vec, s)
+            self._names = values.names
+        return self._row(values.array, step)
 
     def _log(self, x: np.ndarray) -> np.ndarray:
         """``log10`` of the values (after the floor); zeros and negatives give non-finite values."""
@@ -208,31 +188,8 @@ class LayerGradCliff(Detector):
                           type(self).__name__, f"layer_grad_norms[{layer}]",
                           float(max(below[worst], dropped[worst])), self.gap, msg, layer=layer)
 
-    def _step(self, x: float, step: int) -> Event | None:  # pragma: no cover - vector detector
-        raise TypeError(f"{type(self).__name__} works on vectors: use update(vector) or scan(matrix)")
-
-    def scan(self, *arrays: Any, steps: Any = None) -> list[Event]:  # type: ignore[override]
-        """Batch twin: a 2-D array ``(steps, layers)`` or a mapping ``{name: 1-D array}``."""
-        if len(arrays) != 1:
-            raise TypeError(f"{type(self).__name__}.scan takes one matrix of {self._what}")
-        mat, names = as_matrix(self._what, arrays[0], self._names)
-        if self._names is None:
-            self._names = names
-        n = mat.shape[0]
-        from ._base import _steps_for
-
-        st = _steps_for(steps, n, self._last_step)
-        events: list[Event] = []
-        i = 0
-        while i < n:
-            k = self._fast_rows(mat, st, i)
-            i += k
-            if i < n:
-                ev = self._row(mat[i], int(st[i]))
-                if ev is not None:
-                    events.append(ev)
-                i += 1
-        return events
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        return self._fast_rows(arrays[0][:j], steps, i)
 
     def _gaps(self, mat: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """The fast paths' common start: ``(fast, slow, below, dropped)`` per row from ``i`` —
@@ -280,26 +237,4 @@ def first_bad_row(u: np.ndarray) -> int:
     return int(np.argmax(bad)) if bad.any() else len(u)
 
 
-def as_matrix(name: str, value: Any, names: tuple[str, ...] | None) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Turn ``{name: 1-D array}`` or a 2-D array into a ``(steps, layers)`` matrix and names."""
-    if isinstance(value, Mapping):
-        keys = tuple(str(k) for k in value)
-        try:
-            mat = np.column_stack([np.asarray(v, dtype=np.float64) for v in value.values()])
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must map layer names to arrays of real numbers") from exc
-    else:
-        try:
-            mat = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be a 2-D array of real numbers") from exc
-        if mat.ndim != 2:
-            raise ValueError(f"{name} must be 2-D (steps, layers), got shape {mat.shape}")
-        keys = names if names is not None and len(names) == mat.shape[1] else tuple(
-            f"layer{i}" for i in range(mat.shape[1]))
-    if names is not None and keys != names:
-        raise ValueError(f"{name} layers changed: expected {list(names)}, got {list(keys)}")
-    return mat, keys
-
-
-__all__ = ["LayerGradCliff", "as_named_vector", "as_matrix", "math"]
+__all__ = ["LayerGradCliff", "as_named_vector"]

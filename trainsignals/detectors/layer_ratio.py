@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .._events import Event, Kind, make_event
+from ._base import Input
 from .layer_cliff import LayerGradCliff, middle
 
 
@@ -61,12 +62,12 @@ class LayerUpdateRatio(LayerGradCliff):
         >>> ratios = np.tile([1e-3, 5e-4, 3e-4, 4e-4], (500, 1))
         >>> ratios[100:, 0] = 1e-8
         >>> ratios[300:, 3] = 0.5
-        >>> [(e.kind.value, e.step, e.layer) for e in LayerUpdateRatio().scan(ratios)]
+        >>> [(e.kind.value, e.step, e.layer) for e in LayerUpdateRatio().scan(layer_update_ratios=ratios)]
         [('update_ratio_low', 101, 'layer0'), ('update_ratio_high', 303, 'layer3')]
     """
 
     _state_keys = ("n", "names", "f", "s", "calm", "calm_hi", "rep", "rep_hi", "cooldown_left", "last_step")
-    _what = "layer_update_ratios"
+    inputs = (Input("layer_update_ratios"),)
     _floor = 1e-30  # a layer that did not move at all is a very low ratio, not a missing one
 
     def __init__(self, gap: float = 3.0, drop: float = 2.0, fast: float = 0.3, slow: float = 0.01,

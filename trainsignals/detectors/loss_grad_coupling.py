@@ -11,13 +11,13 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import PairDetector
+from ._base import Detector, Input
 from ._ops import ewma, first_true
 
 _LN10 = math.log(10.0)
 
 
-class LossGradCoupling(PairDetector):
+class LossGradCoupling(Detector):
     """Flags silent collapse: the loss keeps falling while the grad norm collapses (or explodes).
 
     On ``u = log(loss)`` and ``g = log(grad_norm)`` the detector keeps smoothed levels (EWMA,
@@ -70,7 +70,7 @@ class LossGradCoupling(PairDetector):
         >>> t = np.arange(500)
         >>> loss = 2.0 * np.exp(-t / 300)
         >>> grad = np.maximum(np.where(t < 200, 1.0, 10.0 ** (-(t - 200) / 50)), 1e-3)
-        >>> [(e.kind.value, e.step, e.onset_step) for e in LossGradCoupling().scan(loss, grad)]
+        >>> [(e.kind.value, e.step, e.onset_step) for e in LossGradCoupling().scan(loss=loss, grad_norm=grad)]
         [('silent_collapse', 303, 221)]
 
         A loss near chance that drops 1000-fold in 40 steps from step 150, its grad norm
@@ -81,11 +81,11 @@ class LossGradCoupling(PairDetector):
         >>> drop = np.clip((t - 150) / 40, 0, 1)
         >>> loss = 2.3 * 10.0 ** (-3 * drop) * np.exp(rng.normal(0, 0.05, 400))
         >>> grad = 10.0 ** (-2 * drop) * np.exp(rng.normal(0, 0.1, 400))
-        >>> [(e.kind.value, e.step, e.onset_step) for e in LossGradCoupling().scan(loss, grad)]
+        >>> [(e.kind.value, e.step, e.onset_step) for e in LossGradCoupling().scan(loss=loss, grad_norm=grad)]
         [('silent_collapse', 189, 161)]
     """
 
-    signals = ("loss", "grad_norm")
+    inputs = (Input("loss"), Input("grad_norm"))
     _state_keys = ("n", "u", "g", "us", "gs", "ss", "armed", "last_step")
 
     def __init__(
@@ -129,7 +129,7 @@ class LossGradCoupling(PairDetector):
         self._gs = deque(state["gs"], maxlen=m)
         self._ss = deque(state["ss"], maxlen=m)
 
-    def _step(self, loss: float, grad: float, step: int) -> Event | None:  # type: ignore[override]
+    def _step(self, loss: float, grad: float, step: int) -> Event | None:
         self._last_step = step
         if loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0:
             return None

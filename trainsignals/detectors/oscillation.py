@@ -10,11 +10,10 @@ from itertools import islice
 from typing import Any
 
 import numpy as np
-from scipy.stats import chi2
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range
-from ._base import TripleDetector
+from .._validate import check_range, check_signal
+from ._base import Detector, Input
 from ._ops import ewma, first_true, shifted
 
 _log = math.log
@@ -77,6 +76,8 @@ def _ljung_box(res: list[float], lags: int) -> float:
 def _chi2_crit(p: float, dof: int) -> float:
     """The chi-square quantile at ``1 - p`` with ``dof`` degrees of freedom (cached: the
     detector's hot path keeps few attributes, so its critical values live here)."""
+    from scipy.stats import chi2  # SciPy on first use: `import trainsignals` stays light
+
     return float(chi2.isf(p, dof))
 
 
@@ -151,7 +152,7 @@ def _kept(i: int, name: str) -> Any:
     return property(lambda self: self._cfg_wts[i], doc=f"The ``{name}`` setting.")
 
 
-class Oscillation(TripleDetector):
+class Oscillation(Detector):
     """Flags an oscillation: the loss swings far beyond its usual noise and makes no net progress.
 
     Inputs: the loss and, optionally, the grad norm and the learning rate (``nan`` when
@@ -283,11 +284,10 @@ class Oscillation(TripleDetector):
         >>> t = np.arange(300)
         >>> loss = np.exp(-np.minimum(t, 150) / 100) * np.exp(rng.normal(0, 0.02, 300))
         >>> loss[150:] *= np.where(t[150:] % 2 == 0, 1.4, 1 / 1.4)
-        >>> [(e.step, e.onset_step) for e in Oscillation().scan(loss, np.full(300, np.nan))]
+        >>> [(e.step, e.onset_step) for e in Oscillation().scan(loss=loss)]
         [(180, 149)]
     """
 
-    signals = ("loss", "grad_norm", "lr")
     _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ls", "ss", "cooldown_left", "lr_only",
                    "lr_top", "lr_new", "last_step")
 
@@ -341,6 +341,8 @@ class Oscillation(TripleDetector):
         # attributes keep attribute access fast (CPython shares an instance dict's keys, and
         # specialises its lookups, only up to 30 of them; about 20 ns a value here)
         self._wts = (float(var_alpha), 1.0 - float(var_alpha), float(base_alpha), 1.0 - float(base_alpha))
+        check_signal("signal", signal)
+        self.inputs = (Input(signal), Input("grad_norm", required=False), Input("lr", required=False))
         self._cfg_wts = (var_alpha, base_alpha, lr_rise, drop, pattern_p, lr_shift, signal)
         self._reset()
 
@@ -465,7 +467,7 @@ class Oscillation(TripleDetector):
             b = ba * v + bb * b
         return m, v, b
 
-    def _step(self, x: float, grad: float, lr: float, step: int) -> Event | None:  # type: ignore[override]
+    def _step(self, x: float, grad: float, lr: float, step: int) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range
-from ._base import Detector, PairDetector
+from .._validate import check_range, check_signal
+from ._base import Detector, Input
 from ._ops import ewma, first_true
 
 
@@ -17,15 +17,16 @@ class NonFinite(Detector):
     """Flags a NaN or infinite value: critical, once per run of non-finite values.
 
     Example:
-        >>> [e.step for e in NonFinite().scan([1.0, 0.9, float("nan"), float("nan"), 0.8, float("inf")])]
+        >>> [e.step for e in NonFinite().scan(loss=[1.0, 0.9, float("nan"), float("nan"), 0.8, float("inf")])]
         [2, 5]
     """
 
-    signals = ("x",)
     _state_keys = ("bad", "last_step")
 
     def __init__(self, signal: str = "loss") -> None:
+        check_signal("signal", signal)
         self.signal = signal
+        self.inputs = (Input(signal),)
         self._reset()
 
     def _reset(self) -> None:
@@ -72,11 +73,11 @@ class LRAnomaly(Detector):
 
     Example:
         >>> lr = [0.1] * 50 + [10.0] * 50
-        >>> [e.step for e in LRAnomaly().scan(lr)]
+        >>> [e.step for e in LRAnomaly().scan(lr=lr)]
         [50]
     """
 
-    signals = ("x",)
+    inputs = (Input("lr"),)
     _state_keys = ("prev", "peak", "decaying", "cooldown_left", "last_step")
 
     def __init__(
@@ -104,7 +105,7 @@ class LRAnomaly(Detector):
         self._cooldown_left = 0
         self._last_step = -1
 
-    def _step(self, lr: float, step: int) -> Event | None:  # type: ignore[override]
+    def _step(self, lr: float, step: int) -> Event | None:
         self._last_step = step
         if lr - lr != 0.0 or lr < 0.0:
             return None
@@ -166,7 +167,7 @@ class LRAnomaly(Detector):
         return k
 
 
-class UpdateRatioBand(PairDetector):
+class UpdateRatioBand(Detector):
     """Flags an update ratio ``|Δw|/|w|`` that leaves its healthy band for a sustained stretch.
 
     The ratio is already relative to the weights' own size; the usual healthy band is
@@ -208,14 +209,13 @@ class UpdateRatioBand(PairDetector):
     Example:
         >>> import numpy as np
         >>> ratio = np.r_[np.full(100, 3e-4), np.full(100, 0.3)]
-        >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(ratio, np.full(200, np.nan))]
+        >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(update_ratio=ratio)]
         [('update_ratio_high', 105)]
         >>> ratio = np.r_[np.full(300, 3e-3), np.full(100, 0.05)]  # 10x above its own level
-        >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(ratio, np.full(400, np.nan))]
+        >>> [(e.kind.value, e.step) for e in UpdateRatioBand().scan(update_ratio=ratio)]
         [('update_ratio_high', 305)]
     """
 
-    signals = ("update_ratio", "lr")
     _state_keys = ("n", "level", "ref", "lr_peak", "lr_level", "side", "onset", "last_step")
 
     def __init__(self, low: float = 1e-6, soft_low: float = 1e-5, high: float = 0.1, band_top: float = 1e-3,
@@ -244,7 +244,9 @@ class UpdateRatioBand(PairDetector):
         self.ref_alpha = ref_alpha
         self.warmup = warmup
         self.settle = settle
+        check_signal("signal", signal)
         self.signal = signal
+        self.inputs = (Input(signal), Input("lr", required=False))
         self._a, self._b = float(alpha), 1.0 - float(alpha)
         self._ra, self._rb = float(ref_alpha), 1.0 - float(ref_alpha)
         self._llo, self._lsoft, self._lhi = math.log10(low), math.log10(soft_low), math.log10(high)
@@ -272,7 +274,7 @@ class UpdateRatioBand(PairDetector):
             return -1
         return 0
 
-    def _step(self, x: float, lr: float, step: int) -> Event | None:  # type: ignore[override]
+    def _step(self, x: float, lr: float, step: int) -> Event | None:
         self._last_step = step
         if lr - lr == 0.0 and lr > 0.0:
             if lr > self._lr_peak:

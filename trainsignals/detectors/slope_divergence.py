@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range
-from ._base import Detector
+from .._validate import check_range, check_signal
+from ._base import Detector, Input
 from ._ops import ewma, first_true, shifted
 
 #: E|y[t] - 2y[t-1] + y[t-2]| of white noise, in units of its standard deviation: sqrt(6)*sqrt(2/pi)
@@ -113,7 +113,7 @@ class SlopeDivergence(Detector):
         >>> for _ in range(10):
         ...     w -= 1.1 * 2 * (w - 3)
         ...     losses.append((w - 3) ** 2)
-        >>> [(e.step, e.onset_step) for e in det.scan(losses)]
+        >>> [(e.step, e.onset_step) for e in det.scan(loss=losses)]
         [(4, 0)]
 
         A network killed at step 300 by a learning-rate blow-up: the loss bursts to 1e4, then
@@ -125,11 +125,10 @@ class SlopeDivergence(Detector):
         >>> loss[300:] = 2.3
         >>> loss[300:303] = [50.0, 1e4, 300.0]
         >>> loss *= np.exp(rng.normal(0, 0.1, 600))
-        >>> [(e.step, e.onset_step, e.message.split(":")[0]) for e in SlopeDivergence().scan(loss)]
+        >>> [(e.step, e.onset_step, e.message.split(":")[0]) for e in SlopeDivergence().scan(loss=loss)]
         [(318, 300, 'loss lost its progress')]
     """
 
-    signals = ("x",)
     _state_keys = ("buf", "sbuf", "noise", "nd", "level", "best", "climb", "reported", "cooldown_until", "last_step",
                    "start", "low")
 
@@ -174,7 +173,9 @@ class SlopeDivergence(Detector):
         self.noise_alpha = noise_alpha
         self.noise_mult = noise_mult
         self.cooldown = cooldown
+        check_signal("signal", signal)
         self.signal = signal
+        self.inputs = (Input(signal),)
         self.lost_ratio = lost_ratio
         self.lost_z = lost_z
         self.lost_frac = lost_frac

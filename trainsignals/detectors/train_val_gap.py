@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import t as student_t
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range, to_float, to_step
-from ._base import Detector
-from ._ops import ewma
+from .._validate import check_range
+from ._base import Detector, Input
+from ._ops import ewma, first_true
 from .slope_divergence import window_trend
 
 
@@ -105,8 +105,8 @@ class TrainValGap(Detector):
     Example:
         >>> det = TrainValGap()
         >>> val = {100: 1.0, 200: 0.8, 300: 0.7, 400: 0.72, 500: 0.78, 600: 0.85}
-        >>> evs = [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 601, 10)]
-        >>> [(e.step, e.onset_step) for e in evs if e]
+        >>> evs = [det.update(loss=1.0 / (1 + s / 100), val_loss=val.get(s), step=s) for s in range(0, 601, 10)]
+        >>> [(e.step, e.onset_step) for evl in evs for e in evl]
         [(600, 300)]
 
         A climb no larger than a rise the curve already made and took back (0.70 -> 0.74)
@@ -114,7 +114,7 @@ class TrainValGap(Detector):
 
         >>> det = TrainValGap()
         >>> val = {100: 1.0, 200: 0.8, 300: 0.7, 400: 0.74, 500: 0.69, 600: 0.66, 700: 0.68, 800: 0.69, 900: 0.7}
-        >>> [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 901, 10)].count(None)
+        >>> [det.update(loss=1.0 / (1 + s / 100), val_loss=val.get(s), step=s) for s in range(0, 901, 10)].count([])
         91
 
         A climb inside an earlier wobble (0.70 -> 0.90) still counts when it rises at each
@@ -123,8 +123,8 @@ class TrainValGap(Detector):
         >>> det = TrainValGap()
         >>> val = {100: 1.0, 200: 0.7, 300: 0.9, 400: 0.69, 500: 0.70, 600: 0.71, 700: 0.72, 800: 0.73}
         >>> loss = lambda s: 1.0 / (1 + s / 100) if s <= 400 else 0.2 * 10 ** ((400 - s) / 200)
-        >>> evs = [det.update(loss(s), val.get(s), step=s) for s in range(0, 801, 10)]
-        >>> [(e.step, e.onset_step) for e in evs if e]
+        >>> evs = [det.update(loss=loss(s), val_loss=val.get(s), step=s) for s in range(0, 801, 10)]
+        >>> [(e.step, e.onset_step) for evl in evs for e in evl]
         [(700, 400)]
 
         Three rises after the best make a slope with t = 3.9 on 2 degrees of freedom, short
@@ -133,12 +133,12 @@ class TrainValGap(Detector):
 
         >>> det = TrainValGap()
         >>> val = {100: 1.0, 200: 0.8, 300: 0.6, 400: 0.5, 500: 0.525, 600: 0.525, 700: 0.565, 800: 0.575}
-        >>> evs = [det.update(1.0 / (1 + s / 100), val.get(s), step=s) for s in range(0, 801, 10)]
-        >>> [(e.step, e.onset_step) for e in evs if e]
+        >>> evs = [det.update(loss=1.0 / (1 + s / 100), val_loss=val.get(s), step=s) for s in range(0, 801, 10)]
+        >>> [(e.step, e.onset_step) for evl in evs for e in evl]
         [(800, 400)]
     """
 
-    signals = ("loss", "val_loss")
+    inputs = (Input("loss", required=False), Input("val_loss", required=False))
     _state_keys = ("n", "train", "best", "best_step", "best_train", "bad", "fired", "since", "hist", "wobble",
                    "peak", "fall", "prev", "rises", "run_train", "last_step")
 
@@ -198,18 +198,6 @@ class TrainValGap(Detector):
     def best_step(self) -> int:
         """Step of the best validation loss so far (-1 before any): the checkpoint to keep."""
         return self._best_step
-
-    def update(self, *values: Any, step: int | None = None) -> Event | None:  # type: ignore[override]
-        """Feed ``(train_loss, val_loss)``; either may be ``None`` (not measured this step)."""
-        if len(values) != 2:
-            raise TypeError("TrainValGap.update takes (loss, val_loss); pass None for a missing one")
-        loss = None if values[0] is None else to_float("loss", values[0])
-        val = None if values[1] is None else to_float("val_loss", values[1])
-        s = self._last_step + 1 if step is None else to_step(step)
-        self._last_step = s
-        if loss is not None:
-            self._learn_train(loss)
-        return None if val is None else self._val(val, s)
 
     def _learn_train(self, loss: float) -> None:
         if loss - loss != 0.0 or loss <= 0.0:
@@ -313,81 +301,32 @@ class TrainValGap(Detector):
         if len(self._hist) > self.wobble_window:
             del self._hist[0]
 
-    def _step(self, loss: float, val: float, step: int) -> Event | None:  # type: ignore[override]
+    def _step(self, loss: float, val: float, step: int) -> Event | None:
         self._last_step = step
         self._learn_train(loss)
         return self._val(val, step) if val == val else None
 
-    def scan(self, *arrays: Any, steps: Any = None) -> list[Event]:  # type: ignore[override]
-        """Batch twin: ``scan(loss, (val_steps, val_values), steps=...)``.
-
-        ``loss`` is aligned with ``steps``; validation comes as its own ``(steps, values)``
-        pair. Either may be ``None``.
-        """
-        if len(arrays) != 2:
-            raise TypeError("TrainValGap.scan takes (loss, (val_steps, val_values))")
-        from ._base import _as_1d, _steps_for
-
-        loss = None if arrays[0] is None else _as_1d("loss", arrays[0])
-        n = 0 if loss is None else len(loss)
-        vs, vv = (np.zeros(0, dtype=np.int64), np.zeros(0)) if arrays[1] is None else sparse_pair("val_loss", arrays[1])
-        if loss is None:
-            st = np.zeros(0, dtype=np.int64)
-        else:
-            st = _steps_for(steps, n, self._last_step)
-        events: list[Event] = []
-        if not len(vs):  # no validation: only the train level moves
-            if loss is not None and n:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ug = np.log(loss)
-                ug = ug[np.isfinite(ug)]
-                if len(ug):
-                    if self._train is None:
-                        last = float(ewma(ug[1:], self._a, self._b, float(ug[0]))[-1]) if len(ug) > 1 else float(ug[0])
-                    else:
-                        last = float(ewma(ug, self._a, self._b, self._train)[-1])
-                    self._train = last
-                self._last_step = max(self._last_step, int(st[-1]))
-            return events
-        # smoothed train loss after each step, over finite positive values only
-        tr_at = np.zeros(0)
-        if loss is not None and n:
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        """Steps without a validation only move the smoothed train level: one vectorised EWMA."""
+        k = first_true(np.isfinite(arrays[1][i:j]))
+        if k:
             with np.errstate(divide="ignore", invalid="ignore"):
-                u = np.log(loss)
-            good = np.isfinite(u)
-            ug = u[good]
+                u = np.log(arrays[0][i:i + k])
+            ug = u[np.isfinite(u)]  # _learn_train skips non-finite and non-positive losses
             if len(ug):
                 if self._train is None:
-                    sm = ewma(ug[1:], self._a, self._b, float(ug[0]))
-                    sm = np.concatenate(([ug[0]], sm))
-                else:
-                    sm = ewma(ug, self._a, self._b, self._train)
-            else:
-                sm = ug
-            idx = np.cumsum(good) - 1
-            tr_at = np.where(idx >= 0, sm[np.maximum(idx, 0)] if len(sm) else np.nan, np.nan)
-            if self._train is not None:
-                tr_at = np.where(idx >= 0, tr_at, self._train)
-        # walk validations in order, with the train state as of each validation step
-        pos = np.searchsorted(st, vs, side="right") - 1 if n else np.full(len(vs), -1)
-        for p, s, val in zip(pos.tolist(), vs.tolist(), vv.tolist()):
-            if p >= 0:
-                t = float(tr_at[p])
-                self._train = None if t != t else t
-            ev = self._val(val, s)
-            self._last_step = max(self._last_step, s)
-            if ev is not None:
-                events.append(ev)
-        if n:
-            t = float(tr_at[-1])
-            self._train = None if t != t else t
-            self._last_step = max(self._last_step, int(st[-1]))
-        return events
+                    self._train, ug = float(ug[0]), ug[1:]
+                if len(ug):
+                    self._train = float(ewma(ug, self._a, self._b, self._train)[-1])
+            self._last_step = int(steps[i + k - 1])
+        return k
 
 
 @functools.lru_cache(maxsize=256)
 def _t_quantile(confidence: float, dof: int) -> float:
     """Student's t quantile at ``confidence`` with ``dof`` degrees of freedom, cached."""
+    from scipy.stats import t as student_t  # SciPy on first use: `import trainsignals` stays light
+
     return float(student_t.ppf(confidence, dof))
 
 
@@ -421,4 +360,4 @@ def sparse_pair(name: str, value: Any) -> tuple[np.ndarray, np.ndarray]:
     return st.astype(np.int64), vals
 
 
-__all__ = ["TrainValGap", "sparse_pair", "to_float"]
+__all__ = ["TrainValGap", "sparse_pair"]

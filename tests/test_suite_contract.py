@@ -1,0 +1,132 @@
+"""The public suite and the detector contract: a user's own detector, from outside the package,
+runs in a Monitor like ours: through ``update``, ``scan``, ``state_dict``, a trace and ``replay``."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+import trainsignals as ts
+from trainsignals.testing import check_detector
+
+
+class LossAboveCeiling(ts.Detector):
+    """A user's rule: the loss rose above ``ratio`` times its first value; once per excursion."""
+
+    inputs = (ts.Input("loss"), ts.Input("lr", required=False))
+    _state_keys = ("first", "above", "last_step")
+
+    def __init__(self, ratio: float = 3.0) -> None:
+        ts.check_range("ratio", ratio, 1, None, lo_open=True)
+        self.ratio = ratio
+        self._reset()
+
+    def _reset(self) -> None:
+        self._first = None
+        self._above = False
+        self._last_step = -1
+
+    def _step(self, loss: float, lr: float, step: int) -> ts.Event | None:
+        self._last_step = step
+        if not math.isfinite(loss):
+            return None
+        if self._first is None:
+            self._first = loss
+            return None
+        limit = self.ratio * self._first
+        if loss <= limit:
+            self._above = False
+            return None
+        if self._above:
+            return None
+        self._above = True
+        why = "" if math.isnan(lr) else f" at lr {lr:g}"
+        return ts.make_event(ts.Kind.DIVERGENCE, "warning", step, step, type(self).__name__, "loss", loss,
+                             limit, f"loss {loss:.3g} is above {self.ratio}x its first value{why}")
+
+
+def run_loss(n: int = 300, jump_at: int = 200) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    loss = 2.0 * np.exp(-np.arange(n) / 300) * np.exp(rng.normal(0, 0.01, n))
+    loss[jump_at:] *= 20.0
+    return loss
+
+
+def mine(events: list[ts.Event]) -> list[tuple[int, str]]:
+    return [(e.step, e.detector) for e in events if e.detector == "LossAboveCeiling"]
+
+
+def test_the_user_detector_passes_the_conformance_checks():
+    check_detector(LossAboveCeiling)
+
+
+def test_default_suite_is_plain_editable_data():
+    suite = ts.default_suite(total_steps=2_000)
+    assert list(suite) == list(ts.Monitor().detectors)
+    assert suite["stall"].patience == 200
+    assert all(isinstance(d, ts.Detector) for d in suite.values())
+    del suite["oscillation"]
+    suite["loss_spike"] = ts.EWMASpike(threshold=9.0, persist_kind="divergence")
+    mon = ts.Monitor(suite=suite)
+    assert "oscillation" not in mon.detectors and mon.detectors["loss_spike"].threshold == 9.0
+    with pytest.raises(TypeError, match="suite"):
+        ts.Monitor(suite=suite, loss_spike={"threshold": 3})
+    with pytest.raises(ValueError, match="Detector"):
+        ts.Monitor(suite={"x": object()})
+    with pytest.raises(TypeError, match="not_a_detector"):
+        ts.default_suite(not_a_detector={})
+    with pytest.raises(ValueError, match="loss_spike.threshold"):
+        ts.default_suite(loss_spike={"threshold": -1})
+
+
+def test_a_user_detector_fires_through_update_and_scan_in_the_default_suite():
+    loss = run_loss()
+    suite = {**ts.default_suite(), "ceiling": LossAboveCeiling(3.0)}
+    streamed = ts.Monitor(suite=suite)
+    evs = [e for t, x in enumerate(loss) for e in streamed.update(step=t, loss=float(x), lr=1e-3)]
+    assert mine(evs) == [(200, "LossAboveCeiling")]
+    assert "lr 0.001" in next(e for e in evs if e.detector == "LossAboveCeiling").message
+    batched = ts.Monitor(suite={**ts.default_suite(), "ceiling": LossAboveCeiling(3.0)})
+    evb = batched.scan(loss=loss, lr=np.full(len(loss), 1e-3))
+    assert [e.to_dict() for e in evs] == [e.to_dict() for e in evb]
+    # a suite given as a list is named by class
+    listed = ts.Monitor(suite=[LossAboveCeiling(3.0), LossAboveCeiling(5.0)])
+    assert list(listed.detectors) == ["loss_above_ceiling", "loss_above_ceiling_2"]
+    assert mine(listed.scan(loss=loss)) == [(200, "LossAboveCeiling"), (200, "LossAboveCeiling")]
+
+
+def test_a_user_detector_resumes_from_state_dict_and_pickle():
+    loss = run_loss()
+
+    def monitor() -> ts.Monitor:
+        return ts.Monitor(suite={"nonfinite_loss": ts.NonFinite(), "ceiling": LossAboveCeiling(3.0)})
+
+    whole = monitor().scan(loss=loss)
+    first = monitor()
+    head = [e for t in range(150) for e in first.update(step=t, loss=float(loss[t]))]
+    resumed = monitor()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    again = pickle.loads(pickle.dumps(first))
+    for m in (resumed, again):
+        tail = [e for t in range(150, len(loss)) for e in m.update(step=t, loss=float(loss[t]))]
+        assert [e.to_dict() for e in head + tail] == [e.to_dict() for e in whole]
+    other = ts.Monitor(suite={"nonfinite_loss": ts.NonFinite(), "ceiling": LossAboveCeiling(5.0)})
+    with pytest.raises(ValueError, match="ratio"):
+        other.load_state_dict(first.state_dict())
+
+
+def test_a_user_detector_in_a_trace_and_replay(tmp_path):
+    pytest.importorskip("pyarrow")
+    loss = run_loss()
+    path = tmp_path / "run.arrow"
+    with ts.TraceWriter(path) as writer:
+        mon = ts.Monitor(suite={**ts.default_suite(), "ceiling": LossAboveCeiling(3.0)}, recorder=writer)
+        for t, x in enumerate(loss):
+            mon.update(step=t, loss=float(x))
+    assert mine(ts.trace_events(path)) == [(200, "LossAboveCeiling")]
+    report = ts.replay(path, ts.Monitor(suite={**ts.default_suite(), "ceiling": LossAboveCeiling(3.0)}))
+    assert mine(report.events) == [(200, "LossAboveCeiling")]

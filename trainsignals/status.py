@@ -1,0 +1,47 @@
+"""The status rule, stated once: which events put a run in which failed state.
+
+:attr:`trainsignals.Monitor.status` (streaming) and :func:`trainsignals.report.status_timeline`
+(a whole run's events at once) both read it. A failed state is entered by an event of its
+kinds and lasts ``recovery`` steps after the latest one; the worst live state wins.
+
+Example:
+    >>> from trainsignals import Kind
+    >>> from trainsignals._events import make_event
+    >>> ev = make_event(Kind.GRAD_EXPLOSION, "warning", 10, 5, "demo", "grad_norm", 50.0, 10.0, "jump")
+    >>> state_of(ev), state_of(make_event(Kind.STALL, "warning", 10, 5, "demo", "loss", 0.0, 0.0, "flat"))
+    (None, 'stalled')
+"""
+
+from __future__ import annotations
+
+from ._events import Event, Kind
+
+__all__ = ["STATUSES", "STATE_OF", "RANK", "state_of"]
+
+#: Every value :attr:`Monitor.status` takes, from the start of a run to the worst state.
+STATUSES = ("warming_up", "healthy", "stalled", "oscillating", "diverging")
+
+#: Which kinds put the run in which failed state.
+STATE_OF: dict[Kind, str] = {
+    Kind.NONFINITE: "diverging",
+    Kind.DIVERGENCE: "diverging",
+    Kind.GRAD_EXPLOSION: "diverging",
+    Kind.OSCILLATION: "oscillating",
+    Kind.STALL: "stalled",
+}
+
+#: How bad each failed state is (the worst live one is the status).
+RANK: dict[str, int] = {"diverging": 3, "oscillating": 2, "stalled": 1}
+
+
+def state_of(event: Event) -> str | None:
+    """The failed state ``event`` puts the run in, or ``None``.
+
+    ``info`` events never change the status; a gradient explosion does only when critical (a
+    grad-norm jump while the loss falls stays a warning and is not a run being lost).
+    """
+    if event.severity == "info":
+        return None
+    if event.kind == Kind.GRAD_EXPLOSION and event.severity != "critical":
+        return None
+    return STATE_OF.get(event.kind)
