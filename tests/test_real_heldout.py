@@ -1,0 +1,147 @@
+"""The held-out real-run families (:mod:`trainsignals.curves.families`) and ``datasets/real_heldout``.
+
+Tiny runs check that the new families train deterministically and that the counterfactual
+twin relabels a fault that did nothing; the committed held-out suite is checked as it is
+(loads, balanced, every family, labels pass their checks and their twins). No detection
+figure is asserted on the held-out suite: it is reported, never tuned on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from trainsignals.curves import load_suite
+from trainsignals.curves.families import HELDOUT_FAULT_FAMILIES, draw_spec, plan_heldout, twin_check
+from trainsignals.curves.real_runs import (
+    FAULT_KINDS,
+    HELDOUT_FAMILIES,
+    check_label,
+    default_directory,
+    run,
+    train_with_info,
+)
+
+ARRAYS = ("loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss", "layer_grad_norms",
+          "act_steps", "dead_frac", "saturation")
+
+
+@pytest.fixture(scope="module")
+def torch() -> Any:
+    pytest.importorskip("sklearn.datasets")
+    return pytest.importorskip("torch")
+
+
+def tiny(kind: str, family: str, index: int, steps: int, onset: int = -1, **kw: Any) -> Any:
+    s = draw_spec(kind, family, 1000, index)
+    return dataclasses.replace(s, steps=steps, onset=onset if kind != "healthy" else -1, **kw)
+
+
+def same(a: Any, b: Any) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True) for f in ARRAYS) and \
+        a.layer_names == b.layer_names and a.act_layer_names == b.act_layer_names
+
+
+@pytest.mark.parametrize(("kind", "family", "fault"), [
+    ("dead_units", "tflm", {"layer": 0, "fraction": 1.0, "bias": -50.0}),
+    ("grad_explosion", "rnnlm", {"mode": "weights", "target": "head", "scale": 30.0}),
+    ("silent_collapse", "tabular", {"ramp": 20}),
+])
+def test_heldout_families_train_deterministically(torch: Any, kind: str, family: str, fault: dict[str, Any]) -> None:
+    s = tiny(kind, family, 0, steps=120, onset=60, fault=fault, batch_size=8)
+    (a, ia), (b, ib) = train_with_info(s), train_with_info(s)
+    assert same(a, b)
+    assert a.difficulty == family and a.total_steps == 120 and np.isfinite(a.loss[:60]).all()
+    for key in ("loss", "grad_norm", "layer_grad_norms", "val_loss", "dead_frac"):   # the twin too
+        np.testing.assert_array_equal(ia["twin"][key], ib["twin"][key])
+    assert len(ia["twin"]["loss"]) == 60          # to the end of the run (its window is longer)
+    other = train_with_info(dataclasses.replace(s, seed=s.seed + 1))[0]
+    assert not np.array_equal(a.loss, other.loss)
+
+
+def test_twin_relabels_a_fault_without_effect_and_keeps_one_with_effect(torch: Any) -> None:
+    base = tiny("grad_explosion", "tabular", 0, steps=300, onset=150, clip=0.0,
+                arch={"dataset": "synthetic", "widths": [64, 64], "activation": "relu"},
+                optimizer="adam", lr=2e-3, schedule="constant", warmup=0, batch_size=32)
+    none = run(dataclasses.replace(base, fault={"mode": "weights", "target": 0, "scale": 1.0}))
+    assert none["curve"] is not None and none["curve"].kind == "healthy"
+    assert none["curve"].name.endswith("-nofault-grad_explosion")
+    tw = none["entry"]["twin"]
+    assert tw["visible"] is False and tw["effect"] == pytest.approx(0.0, abs=1e-6)
+
+    real = run(dataclasses.replace(base, fault={"mode": "weights", "target": 0, "scale": 100.0}))
+    assert real["curve"] is not None and real["curve"].kind == "grad_explosion"
+    assert real["entry"]["twin"]["visible"] is True and real["entry"]["twin"]["effect"] > real["entry"]["twin"]["threshold"]
+
+
+def test_twin_check_on_a_trace_equal_to_its_twin_sees_nothing(torch: Any) -> None:
+    s = tiny("stall", "mse", 1, steps=200, onset=100, fault={"lr_mult": 1.0, "ramp": 0})
+    curve, info = train_with_info(s)
+    tc = twin_check(curve, "stall", info["twin"])
+    assert not tc["visible"] and tc["effect"] == 0.0
+    frozen, finfo = train_with_info(dataclasses.replace(s, fault={"freeze": True}))
+    assert not np.isfinite(frozen.update_ratio[101:]).any()    # the optimizer never steps again: no update
+    assert twin_check(frozen, "stall", finfo["twin"])["effect"] > 0.0
+
+
+def test_heldout_plan_covers_every_family_and_kind() -> None:
+    specs = plan_heldout(1000)
+    assert {s.family for s in specs} == set(HELDOUT_FAMILIES)
+    assert {s.kind for s in specs} == {*FAULT_KINDS, "healthy"}
+    assert plan_heldout(1000) == specs and plan_heldout(1001) != specs
+    assert len({s.name for s in specs}) == len(specs)
+    for s in specs:
+        assert s.family in HELDOUT_FAULT_FAMILIES.get(s.kind, HELDOUT_FAMILIES)
+        assert 300 <= s.steps <= 3000 and 8 <= s.batch_size <= 128
+        if s.kind != "healthy":
+            assert 0 < s.onset < s.steps
+
+
+# --------------------------------------------------------------------------- the committed held-out suite
+
+
+@pytest.fixture(scope="module")
+def committed() -> list[Any]:
+    if not (default_directory(heldout=True) / "manifest.json").is_file():
+        pytest.skip("datasets/real_heldout is not in this checkout")
+    return load_suite("real_heldout")
+
+
+def test_committed_heldout_suite_is_balanced_and_frozen(committed: list[Any]) -> None:
+    folder = default_directory(heldout=True)
+    kinds = [c.kind for c in committed]
+    assert kinds.count("healthy") >= 0.4 * len(kinds)
+    assert {c.difficulty for c in committed} == set(HELDOUT_FAMILIES)
+    assert len({c.name for c in committed}) == len(committed)
+    assert sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) < 15e6
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["heldout"] is True and "--heldout" in manifest["command"]
+    assert "no threshold" in (folder / "README.md").read_text()
+    for entry in manifest["curves"]:
+        if entry["intended_kind"] != "healthy":      # every faulty run was compared with its twin
+            assert "twin" in entry, entry["name"]
+            assert entry["twin"]["visible"] == (entry["kind"] != "healthy"), entry["name"]
+
+
+def test_every_committed_heldout_label_passes_its_check(committed: list[Any]) -> None:
+    failed = [(c.name, r.reason) for c in committed if not (r := check_label(c)).passed]
+    assert failed == []
+
+
+def test_bench_resolves_the_heldout_suite_and_tables_it_by_family(committed: list[Any]) -> None:
+    from trainsignals.eval.bench import _load_suite, run_bench, targets_for
+
+    assert [c.name for c in _load_suite("heldout")] == [c.name for c in committed]
+    assert targets_for("heldout") == targets_for("real") == targets_for(str(Path("datasets") / "real_heldout"))
+    pick = [next(c for c in committed if c.difficulty == f) for f in ("tabular", "mse")]
+    result = run_bench("heldout", baselines=False, curves=pick)
+    header, rows = result.family_rows()
+    fams = [label for label, _ in rows if not label.startswith(" ")]
+    assert fams == ["mse", "tabular"] and header[0] == "curves"
+    assert all(cells[0] == "1" for label, cells in rows if label in fams)
+    assert "| mse |" in result.family_markdown()

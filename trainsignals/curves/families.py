@@ -1,0 +1,871 @@
+"""The held-out real-run families and their counterfactual-twin labels (issue 16).
+
+Every detector threshold of trainsignals was chosen while looking at ``datasets/real``; this
+module builds runs of *other* model families, with other optimizers, schedules and fault
+variants, for a held-out suite (``datasets/real_heldout``) on which no threshold is ever chosen.
+:mod:`trainsignals.curves.real_runs` trains them (same adapter, same pinned CPU kernels, same
+recorder) when a spec's family is one of :data:`HELDOUT_FAMILIES`.
+
+**Families** (:data:`HELDOUT_FAMILIES`):
+
+* ``rnnlm`` — a recurrent character LM: embedding, a 1- or 2-layer GRU or LSTM, a ReLU
+  projection and a softmax, predicting every next character of 16..32-character windows of
+  the standard-library corpus (:func:`trainsignals.curves.real_runs.corpus`);
+* ``tflm`` — a pre-LayerNorm transformer character LM: token and position embeddings, 1 or 2
+  blocks (causal self-attention, an FFN with GELU, or ReLU in the dead-unit runs), a final
+  LayerNorm and a linear head;
+* ``deepmlp`` — a deep MLP of 10..20 layers on the 8x8 digits: ReLU with He init, or tanh with
+  Xavier init (the saturation runs); some healthy runs start from a small init (an initial
+  plateau the run escapes);
+* ``tabular`` — a ReLU/GELU/tanh MLP on scikit-learn's bundled wine or breast-cancer sets or on
+  ``make_classification`` (made in code);
+* ``mse`` — mean-squared-error training: an autoencoder of the digits or a regression on
+  ``make_regression``.
+
+Optimizers SGD, SGD with momentum 0.9 or Nesterov, Adam, AdamW and RMSprop; schedules constant,
+cosine, warmup + cosine, step decay and cosine with warm restarts; batches of 8 to 128; 300 to
+3000 steps (most under 1200).
+
+**Faults** (besides the learning-rate faults of :mod:`~trainsignals.curves.real_runs`):
+stalls by a learning-rate cut of x1e-6..x1e-3 *or* by a frozen optimizer (gradients computed,
+``step()`` never called again); vanishing gradients by scaling 3..6 consecutive layers down or by
+saturating tanh layers with a bias shift; dead units on 60..100 % of a ReLU/GELU layer (a
+transformer's FFN included); gradient explosions by persistently scaled inputs or by scaling one
+layer (in the LMs the output projection or the final LayerNorm's gain); silent collapse ramped
+in over 1..200 steps at 25..70 % of the run (targets replaced by the majority character/class,
+or the mean target); overfitting on 16..48 examples or, in the LMs, a 200..800-character snippet.
+
+**Counterfactual twins.** At the onset of every faulty run the model, the optimizer and the
+batch sampler are copied and a *twin* continues from there without the fault, on the same
+batches, for the kind's detection window, recorded by its own adapter. The label then needs,
+on top of :func:`trainsignals.curves.real_runs.label_run`'s rule check, that the faulty trace
+differs from its twin's beyond noise (:func:`twin_check`). A run whose fault made no difference
+is relabelled ``healthy`` when the healthy check passes on it (its name then ends in
+``-nofault-<kind>``), and dropped otherwise; the manifest records the twin figures per run.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from trainsignals.curves.real_runs import HELDOUT_FAMILIES
+
+__all__ = ["HELDOUT_FAMILIES", "HELDOUT_FAULT_FAMILIES", "draw_spec", "label_with_twin", "plan_heldout",
+           "train", "twin_check"]
+
+_ALL = HELDOUT_FAMILIES
+HELDOUT_FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "divergence": _ALL,
+    "stall": _ALL,
+    "oscillation": ("tabular", "deepmlp", "mse"),
+    "loss_spike": _ALL,
+    "grad_explosion": _ALL,
+    "vanishing_gradient": ("deepmlp",),
+    "dead_units": ("tflm", "tabular", "deepmlp", "mse", "rnnlm"),
+    "silent_collapse": ("tabular", "rnnlm", "deepmlp", "tflm", "mse"),
+    "overfitting": ("tflm", "rnnlm", "tabular", "deepmlp", "mse"),
+}
+"""Which held-out families each fault is injected into."""
+
+#: Healthy peak learning rates per (family, optimizer group).
+_HLR: dict[tuple[str, str], tuple[float, float]] = {
+    ("rnnlm", "adam"): (2e-3, 8e-3), ("rnnlm", "rmsprop"): (1e-3, 4e-3),
+    ("rnnlm", "sgd"): (0.2, 0.8), ("rnnlm", "sgdm"): (0.02, 0.08),
+    ("tflm", "adam"): (1e-3, 4e-3), ("tflm", "rmsprop"): (5e-4, 2e-3),
+    ("tflm", "sgd"): (0.2, 0.8), ("tflm", "sgdm"): (0.03, 0.1),
+    ("deepmlp", "adam"): (3e-4, 1.5e-3), ("deepmlp", "rmsprop"): (2e-4, 8e-4),
+    ("deepmlp", "sgd"): (0.01, 0.04), ("deepmlp", "sgdm"): (1e-3, 4e-3),
+    ("tabular", "adam"): (1e-3, 1e-2), ("tabular", "rmsprop"): (5e-4, 4e-3),
+    ("tabular", "sgd"): (0.03, 0.2), ("tabular", "sgdm"): (0.005, 0.03),
+    ("mse", "adam"): (1e-3, 5e-3), ("mse", "rmsprop"): (3e-4, 2e-3),
+    ("mse", "sgd"): (0.01, 0.05), ("mse", "sgdm"): (1e-3, 5e-3),
+}
+_OPT_GROUP = {"sgd": "sgd", "sgdm": "sgdm", "nesterov": "sgdm", "adam": "adam", "adamw": "adam", "rmsprop": "rmsprop"}
+_MIN_STEPS, _MID_STEPS, _MAX_STEPS = 300, 1200, 3000
+
+
+# ------------------------------------------------------------------------------------ the plan
+
+
+def draw_spec(kind: str, family: str, seed: int, index: int) -> Any:
+    """Draw one held-out run's configuration from ``(seed, kind, family, index)``."""
+    from trainsignals.curves import HEALTHY
+    from trainsignals.curves.real_runs import RunSpec, _logu, _pick, _rng
+
+    rng = _rng(seed, "heldout", kind, family, index)
+    frng = _rng(seed, "heldout", kind, family, index, "fault")
+    run_seed = int(rng.integers(0, 2**31 - 1))
+    long_run = rng.random() < 0.15
+    steps = int(round(_logu(rng, _MID_STEPS, _MAX_STEPS) if long_run else _logu(rng, _MIN_STEPS, _MID_STEPS)))
+    lm = family in ("rnnlm", "tflm")
+    if lm:      # the LMs cost 3..10 ms a step on the pinned kernels: shorter runs
+        steps = int(round(_logu(rng, 300, 500)))
+    optimizer = _pick(rng, ("sgd", "sgdm", "nesterov", "adam", "adamw", "rmsprop"), (1, 1, 1, 2, 2, 1))
+    if family in ("rnnlm", "tflm", "deepmlp") and optimizer == "sgd" and rng.random() < 0.5:
+        optimizer = "adam"
+    lr = _logu(rng, *_HLR[(family, _OPT_GROUP[optimizer])])
+    weight_decay = _logu(rng, 1e-4, 3e-2) if optimizer == "adamw" else (
+        0.0 if rng.random() < 0.6 else _logu(rng, 1e-5, 3e-4))
+    schedule = _pick(rng, ("constant", "cosine", "warmup_cosine", "step", "cosine_restarts"), (2, 2, 3, 2, 2))
+    if family == "tflm" and schedule == "constant":
+        schedule = "warmup_cosine"
+    warmup = int(rng.uniform(0.02, 0.1) * steps) if schedule.startswith("warmup") else 0
+    batch_size = int(_pick(rng, (8, 16), (1, 2))) if lm else int(_pick(rng, (8, 16, 32, 64, 128), (1, 2, 3, 2, 1)))
+    if batch_size == 8 and kind == HEALTHY and rng.random() < 0.5:
+        lr *= 1.5        # a hard healthy case: small batches at a high learning rate
+    act = _pick(rng, ("relu", "gelu", "tanh"), (3, 2, 1))
+    arch: dict[str, Any]
+    if family == "rnnlm":
+        arch = {"cell": _pick(rng, ("gru", "lstm")), "context": 16,
+                "embed": 16, "hidden": int(_pick(rng, (32, 48))),
+                "layers": int(_pick(rng, (1, 2), (3, 1))), "head": int(_pick(rng, (48, 64)))}
+    elif family == "tflm":
+        arch = {"context": 16, "d_model": 32,
+                "heads": int(_pick(rng, (2, 4))), "blocks": int(_pick(rng, (1, 2))),
+                "ffn_act": "relu" if kind == "dead_units" and rng.random() < 0.5 else "gelu"}
+    elif family == "deepmlp":
+        tanh = kind == "vanishing_gradient" and rng.random() < 0.5
+        arch = {"depth": int(rng.integers(10, 17)), "width": int(_pick(rng, (32, 48, 64))),
+                "activation": "tanh" if tanh else "relu",
+                "init_scale": float(_logu(rng, 0.5, 0.8)) if kind == HEALTHY and rng.random() < 0.2 else 1.0}
+        if tanh:
+            optimizer = _pick(rng, ("adam", "adamw", "rmsprop"))
+            lr = _logu(rng, *_HLR[(family, _OPT_GROUP[optimizer])])
+    elif family == "tabular":
+        arch = {"dataset": _pick(rng, ("wine", "breast_cancer", "synthetic"), (1, 1, 2)),
+                "widths": [int(_pick(rng, (32, 64, 128)))] * int(_pick(rng, (1, 2, 3))),
+                "activation": "relu" if kind == "dead_units" else act}
+    else:
+        task = _pick(rng, ("autoencoder", "regression"))
+        arch = {"task": task, "activation": "relu" if kind == "dead_units" else act,
+                "widths": [int(_pick(rng, (64, 96))), int(_pick(rng, (8, 16)))] if task == "autoencoder"
+                else [int(_pick(rng, (32, 64)))] * int(_pick(rng, (2, 3)))}
+    augment = (0.0, float(_pick(rng, (0.0, 0.05, 0.1)))) if family in ("deepmlp",) else (0.0, 0.0)
+    val_every = int(_pick(rng, (25, 50), (1, 1)))
+    per_layer = _pick(rng, ("module", "parameter"), (3, 2))
+    clip = float(_pick(rng, (1.0, 2.0, 5.0))) if rng.random() < 0.3 else 0.0
+    onset = int(frng.uniform(0.3, 0.7) * steps) if kind != HEALTHY else -1
+    fault: dict[str, Any] = {}
+    adaptive = _OPT_GROUP[optimizer] in ("adam", "rmsprop")
+    if kind == "divergence":
+        lo, hi = (30.0, 1000.0) if adaptive else (20.0, 300.0)
+        fault = {"lr_mult": _logu(frng, lo, hi), "ramp": int(_pick(frng, (0, 0, 10, 30, 60)))}
+    elif kind == "stall":
+        onset = int(frng.uniform(0.2, 0.45) * steps)
+        if frng.random() < 0.35:
+            fault = {"freeze": True}
+        else:
+            fault = {"lr_mult": _logu(frng, 1e-6, 1e-3), "ramp": int(_pick(frng, (0, 0, 5, 30)))}
+        if schedule in ("constant", "step", "cosine_restarts"):
+            schedule, warmup = "warmup_cosine", int(0.03 * steps)
+        steps = max(steps, 500 if lm else 700)
+        onset = int(frng.uniform(0.2, 0.45) * steps)
+    elif kind == "oscillation":
+        fault = {"lr_mult": "edge", "start": 2.0 if adaptive else 1.5, "factor": 1.4, "tries": 10}
+        schedule, warmup = "constant", 0
+    elif kind == "loss_spike":
+        onset = int(frng.uniform(0.45, 0.8) * steps)
+        mode = "labels" if family in ("rnnlm", "tflm") else _pick(frng, ("labels", "inputs"))
+        fault = {"n_bad": int(_pick(frng, (1, 1, 2, 3))), "mode": mode, "scale": _logu(frng, 3.0, 20.0)}
+    elif kind == "grad_explosion":
+        if family in ("rnnlm", "tflm"):
+            target = "head" if family == "rnnlm" else _pick(frng, ("head", "ln_f"))
+            fault = {"mode": "weights", "target": target, "scale": _logu(frng, 5.0, 100.0)}
+        else:
+            mode = _pick(frng, ("weights", "inputs"))
+            fault = {"mode": mode, "target": int(frng.integers(0, 2)), "scale": _logu(frng, 5.0, 100.0)}
+    elif kind == "vanishing_gradient":
+        depth = int(arch["depth"])
+        k = int(frng.integers(3, 7))
+        start = int(frng.integers(1, depth - k - 1))
+        if arch["activation"] == "tanh":
+            fault = {"mode": "saturate", "layers": list(range(start, start + k)), "shift": _logu(frng, 3.0, 30.0)}
+        else:
+            fault = {"mode": "scale", "layers": list(range(start, start + k)), "scale": _logu(frng, 1e-3, 3e-2)}
+    elif kind == "dead_units":
+        frac = float(frng.uniform(0.6, 0.9)) if frng.random() < 0.25 else float(frng.uniform(0.9, 1.0))
+        fault = {"layer": int(frng.integers(0, _n_dead_targets(family, arch))), "fraction": frac,
+                 "bias": -_logu(frng, 10.0, 100.0)}
+    elif kind == "silent_collapse":
+        onset = int(frng.uniform(0.25, 0.7) * steps)
+        fault = {"ramp": int(_pick(frng, (1, 20, 60, 200)))}
+        if schedule.startswith("warmup"):
+            warmup = min(warmup, onset - 1)
+    elif kind == "overfitting":
+        onset = int(frng.uniform(0.2, 0.4) * steps)
+        steps = max(steps, 600 if lm else 900)
+        onset = int(frng.uniform(0.2, 0.4) * steps)
+        fault = {"n_examples": int(_pick(frng, (200, 400, 800))) if family in ("rnnlm", "tflm")
+                 else int(_pick(frng, (16, 24, 32, 48)))}
+        augment = (0.0, 0.0)
+        val_every = 25
+    return RunSpec(
+        name=f"{kind}-{family}-{index}", kind=kind, family=family, seed=run_seed, steps=steps,
+        optimizer=optimizer, lr=lr, weight_decay=weight_decay, schedule=schedule, warmup=warmup,
+        batch_size=batch_size, arch=arch, augment=augment, val_every=val_every,
+        val_at_zero=bool(rng.random() < 0.3), per_layer=per_layer, clip=clip, onset=onset, fault=fault,
+    )
+
+
+def _n_dead_targets(family: str, arch: Mapping[str, Any]) -> int:
+    if family == "rnnlm":
+        return 1
+    if family == "tflm":
+        return int(arch["blocks"])
+    if family == "deepmlp":
+        return int(arch["depth"])
+    return len(arch["widths"])
+
+
+#: Held-out kinds planned more often (their injections pass their checks less often).
+HELDOUT_OVERSAMPLE: dict[str, float] = {"oscillation": 1.5, "silent_collapse": 1.5}
+
+
+def plan_heldout(seed: int = 1000, per_kind: int = 4, n_healthy: int = 32) -> list[Any]:
+    """The held-out runs: ``per_kind`` runs per fault kind (times :data:`HELDOUT_OVERSAMPLE`),
+    families rotating within a kind, then ``n_healthy`` healthy runs over every family.
+    """
+    from trainsignals.curves import HEALTHY
+    from trainsignals.curves.real_runs import FAULT_KINDS
+
+    out = []
+    plan = [(k, int(round(per_kind * HELDOUT_OVERSAMPLE.get(k, 1.0)))) for k in FAULT_KINDS] + [(HEALTHY, n_healthy)]
+    for kind, count in plan:
+        fams = HELDOUT_FAULT_FAMILIES.get(kind, HELDOUT_FAMILIES)
+        for i in range(count):
+            out.append(draw_spec(kind, fams[i % len(fams)], int(seed), i))
+    return out
+
+
+def lr_factor(spec: Any, t: int) -> float:
+    """The schedule's multiplier at step ``t``: :func:`~trainsignals.curves.real_runs.schedule_factor`
+    plus ``cosine_restarts`` (cosine cycles of a quarter of the run, each restarting at the peak).
+    """
+    from trainsignals.curves.real_runs import schedule_factor
+
+    if spec.schedule == "cosine_restarts":
+        period = max(spec.steps // 4, 1)
+        s = (t % period) / period
+        return 0.02 + 0.98 * 0.5 * (1.0 + math.cos(math.pi * s))
+    return schedule_factor(spec, t)
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def _tabular(name: str) -> tuple[np.ndarray, np.ndarray]:
+    if name not in _CACHE:
+        from sklearn import datasets
+
+        if name == "wine":
+            X, y = datasets.load_wine(return_X_y=True)
+        elif name == "breast_cancer":
+            X, y = datasets.load_breast_cancer(return_X_y=True)
+        elif name == "synthetic":
+            X, y = datasets.make_classification(n_samples=2000, n_features=20, n_informative=10, n_redundant=4,
+                                                n_classes=4, n_clusters_per_class=2, flip_y=0.03, random_state=0)
+        elif name == "regression":
+            X, y = datasets.make_regression(n_samples=2000, n_features=20, n_informative=12, noise=10.0,
+                                            random_state=0)
+            y = np.tanh(y / 150.0) * 3.0 + 0.3 * np.sin(X[:, 0] * 2.0)    # a nonlinear target
+        else:
+            raise ValueError(name)
+        _CACHE[name] = (np.asarray(X, dtype=np.float64), np.asarray(y))
+    return _CACHE[name]  # type: ignore[no-any-return]
+
+
+class HeldoutData:
+    """Train/validation tensors and a seeded batch sampler for one held-out run.
+
+    ``gen`` draws the batches, ``fgen`` the fault's randomness (random labels, the collapse
+    ramp, the overfitting subset), so that a counterfactual twin sees the same batches.
+    """
+
+    def __init__(self, spec: Any, torch: Any) -> None:
+        from trainsignals.curves.real_runs import _digits, corpus
+
+        self.torch = torch
+        self.spec = spec
+        rng = np.random.default_rng(spec.seed)
+        self.gen = torch.Generator().manual_seed(spec.seed)
+        self.fgen = torch.Generator().manual_seed(spec.seed + 1)
+        self.lm = spec.family in ("rnnlm", "tflm")
+        self.regression = spec.family == "mse"
+        self.subset: Any = None
+        if self.lm:
+            text = corpus()
+            vocab = sorted(set(text))
+            self.n_classes = len(vocab)
+            lut = np.zeros(128, dtype=np.int64)
+            lut[[ord(ch) for ch in vocab]] = np.arange(len(vocab))
+            ids = lut[np.frombuffer(text.encode("ascii"), dtype=np.uint8)]
+            self.ctx = int(spec.arch["context"])
+            split = int(0.9 * len(ids))
+            self.ids = torch.tensor(ids)
+            self.n_train = split - self.ctx - 1
+            val_pos = np.sort(rng.choice(np.arange(split, len(ids) - self.ctx - 1), size=64, replace=False))
+            self.x_val, self.y_val = self._windows(torch.tensor(val_pos))
+            self.majority = int(np.bincount(ids[:split]).argmax())
+            return
+        if spec.family in ("deepmlp",) or (self.regression and spec.arch["task"] == "autoencoder"):
+            X, y = _digits()
+            X = np.asarray(X, dtype=np.float64)
+        elif self.regression:
+            X, y = _tabular("regression")
+        else:
+            X, y = _tabular(spec.arch["dataset"])
+        perm = rng.permutation(len(X))
+        n_train = int(0.75 * len(X))
+        tr, va = perm[:n_train], perm[n_train:]
+        mean, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
+        sd[sd == 0] = 1.0
+        Xs = ((X - mean) / sd).astype(np.float32)
+        if self.regression:
+            if spec.arch["task"] == "autoencoder":
+                Y = Xs
+            else:
+                ym, ys = y[tr].mean(), y[tr].std()
+                Y = ((y - ym) / ys).astype(np.float32)[:, None]
+            self.y_train = torch.tensor(Y[tr])
+            self.y_val = torch.tensor(Y[va])
+            self.majority_target = self.y_train.mean(dim=0)
+            self.n_classes = int(Y.shape[1])
+        else:
+            self.y_train = torch.tensor(np.asarray(y[tr], dtype=np.int64))
+            self.y_val = torch.tensor(np.asarray(y[va], dtype=np.int64))
+            self.n_classes = int(np.max(y)) + 1
+            self.majority = int(np.bincount(np.asarray(y[tr], dtype=np.int64)).argmax())
+        self.x_train = torch.tensor(Xs[tr])
+        self.x_val = torch.tensor(Xs[va])
+        self.n_in = int(Xs.shape[1])
+        self.n_train = n_train
+
+    def _windows(self, pos: Any) -> tuple[Any, Any]:
+        offs = self.torch.arange(0, self.ctx)
+        w = self.ids[pos[:, None] + offs[None, :]]
+        return w, self.ids[pos[:, None] + offs[None, :] + 1]
+
+    def restrict(self, n: int) -> None:
+        """From now on, batches come from ``n`` fixed examples (LMs: an ``n``-character snippet)."""
+        torch = self.torch
+        if self.lm:
+            start = int(torch.randint(0, self.n_train - n, (1,), generator=self.fgen))
+            self.subset = torch.arange(start, start + max(n - self.ctx, 1))
+        else:
+            self.subset = torch.randperm(self.n_train, generator=self.fgen)[:n]
+
+    def batch(self) -> tuple[Any, Any]:
+        torch = self.torch
+        b = self.spec.batch_size
+        if self.subset is not None:
+            idx = self.subset[torch.randint(0, len(self.subset), (b,), generator=self.gen)]
+        else:
+            idx = torch.randint(0, self.n_train, (b,), generator=self.gen)
+        if self.lm:
+            return self._windows(idx)
+        x = self.x_train[idx]
+        noise = self.spec.augment[1]
+        if noise > 0:
+            x = x + noise * torch.randn(x.shape, generator=self.gen)
+        return x, self.y_train[idx]
+
+
+# ------------------------------------------------------------------------------------ models
+
+
+def build_model(spec: Any, data: HeldoutData, torch: Any) -> Any:
+    """The held-out family's model (seeded by the caller's ``torch.manual_seed``)."""
+    nn = torch.nn
+    acts = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
+    a = spec.arch
+    if spec.family == "rnnlm":
+        return _RNNLM(data.n_classes, a, nn)
+    if spec.family == "tflm":
+        return _TFLM(data.n_classes, a, nn, torch)
+    from collections import OrderedDict
+
+    layers: OrderedDict[str, Any] = OrderedDict()
+    if spec.family == "deepmlp":
+        widths = [int(a["width"])] * int(a["depth"])
+        act_name = a["activation"]
+    else:
+        widths, act_name = list(a["widths"]), a["activation"]
+    prev = data.n_in
+    for i, w in enumerate(widths):
+        layers[f"fc{i + 1}"] = nn.Linear(prev, w)
+        layers[f"{act_name}{i + 1}"] = acts[act_name]()
+        prev = w
+    layers["out"] = nn.Linear(prev, data.n_classes)
+    model = nn.Sequential(layers)
+    if spec.family == "deepmlp":
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                if act_name == "relu":
+                    nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+                else:
+                    nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        scale = float(a.get("init_scale", 1.0))
+        if scale != 1.0:
+            with torch.no_grad():
+                for m in model.modules():
+                    if isinstance(m, nn.Linear):
+                        m.weight.mul_(scale)
+    return model
+
+
+def _rnn_classes(nn: Any) -> tuple[type, type]:
+    class RNNLM(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, vocab: int, a: Mapping[str, Any]) -> None:
+            super().__init__()
+            cell = nn.GRU if a["cell"] == "gru" else nn.LSTM
+            self.embed = nn.Embedding(vocab, int(a["embed"]))
+            self.rnn = cell(int(a["embed"]), int(a["hidden"]), num_layers=int(a["layers"]), batch_first=True)
+            self.proj = nn.Linear(int(a["hidden"]), int(a["head"]))
+            self.relu = nn.ReLU()
+            self.head = nn.Linear(int(a["head"]), vocab)
+
+        def forward(self, x: Any) -> Any:
+            h, _ = self.rnn(self.embed(x))
+            return self.head(self.relu(self.proj(h)))
+
+    class Block(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, d: int, heads: int, act: str) -> None:
+            super().__init__()
+            self.heads = heads
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.attn_out = nn.Linear(d, d)
+            self.ln2 = nn.LayerNorm(d)
+            self.ffn_in = nn.Linear(d, 4 * d)
+            self.act = nn.GELU() if act == "gelu" else nn.ReLU()
+            self.ffn_out = nn.Linear(4 * d, d)
+
+        def forward(self, x: Any) -> Any:
+            import torch
+
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            hd = d // self.heads
+            q, k, v = (z.reshape(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+            att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, d)
+            x = x + self.attn_out(y)
+            return x + self.ffn_out(self.act(self.ffn_in(self.ln2(x))))
+
+    return RNNLM, Block
+
+
+def _RNNLM(vocab: int, a: Mapping[str, Any], nn: Any) -> Any:
+    return _rnn_classes(nn)[0](vocab, a)
+
+
+def _TFLM(vocab: int, a: Mapping[str, Any], nn: Any, torch: Any) -> Any:
+    Block = _rnn_classes(nn)[1]
+
+    class TFLM(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            d = int(a["d_model"])
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Embedding(int(a["context"]), d)
+            self.blocks = nn.ModuleList([Block(d, int(a["heads"]), a["ffn_act"]) for _ in range(int(a["blocks"]))])
+            self.ln_f = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, x: Any) -> Any:
+            h = self.tok(x) + self.pos(torch.arange(x.shape[1]))[None]
+            for blk in self.blocks:
+                h = blk(h)
+            return self.head(self.ln_f(h))
+
+    return TFLM()
+
+
+def _linears(model: Any, torch: Any) -> list[Any]:
+    return [m for m in model if isinstance(m, torch.nn.Linear)]
+
+
+def build_optimizer(spec: Any, model: Any, torch: Any) -> Any:
+    params = model.parameters()
+    o = spec.optimizer
+    if o == "adamw":
+        return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    if o == "adam":
+        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    if o == "rmsprop":
+        return torch.optim.RMSprop(params, lr=spec.lr, alpha=0.99, weight_decay=spec.weight_decay)
+    momentum = 0.9 if o in ("sgdm", "nesterov") else 0.0
+    return torch.optim.SGD(params, lr=spec.lr, momentum=momentum, nesterov=o == "nesterov",
+                           weight_decay=spec.weight_decay)
+
+
+def loss_of(spec: Any, out: Any, y: Any, torch: Any) -> Any:
+    F = torch.nn.functional
+    if spec.family == "mse":
+        return F.mse_loss(out, y)
+    if spec.family in ("rnnlm", "tflm"):
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return F.cross_entropy(out, y)
+
+
+# ------------------------------------------------------------------------------------ faults
+
+
+def inject_weights(spec: Any, model: Any, torch: Any) -> None:
+    """The faults that change the weights, applied once at the onset."""
+    f, k = spec.fault, spec.kind
+    with torch.no_grad():
+        if k == "grad_explosion" and f["mode"] == "weights":
+            if spec.family in ("rnnlm", "tflm"):
+                getattr(model, f["target"]).weight.mul_(f["scale"])
+            else:
+                _linears(model, torch)[int(f["target"])].weight.mul_(f["scale"])
+        elif k == "vanishing_gradient":
+            layers = _linears(model, torch)
+            for i in f["layers"]:
+                if f["mode"] == "scale":
+                    layers[i].weight.mul_(f["scale"])
+                else:       # saturate the tanh units: every pre-activation pushed far from 0
+                    layers[i].bias.add_(f["shift"])
+        elif k == "dead_units":
+            if spec.family == "rnnlm":
+                layer = model.proj
+            elif spec.family == "tflm":
+                layer = model.blocks[int(f["layer"])].ffn_in
+            else:
+                layer = _linears(model, torch)[int(f["layer"])]
+            n = layer.bias.shape[0]
+            cnt = max(1, int(round(f["fraction"] * n)))
+            idx = torch.randperm(n, generator=torch.Generator().manual_seed(spec.seed))[:cnt]
+            layer.bias[idx] = f["bias"]
+
+
+def corrupt(spec: Any, data: HeldoutData, x: Any, y: Any, t: int, torch: Any) -> tuple[Any, Any]:
+    """The faults that change a batch at step ``t`` (their randomness from ``data.fgen``)."""
+    f, k = spec.fault, spec.kind
+    if spec.onset < 0 or t < spec.onset:
+        return x, y
+    if k == "loss_spike" and t < spec.onset + int(f["n_bad"]):
+        if f["mode"] == "inputs":
+            return x * f["scale"], y
+        if data.lm:
+            return (torch.randint(0, data.n_classes, x.shape, generator=data.fgen),
+                    torch.randint(0, data.n_classes, y.shape, generator=data.fgen))
+        if data.regression:
+            return x, y + f["scale"] * torch.randn(y.shape, generator=data.fgen)
+        return x, torch.randint(0, data.n_classes, y.shape, generator=data.fgen)
+    if k == "grad_explosion" and f["mode"] == "inputs":
+        return x * f["scale"], y
+    if k == "silent_collapse":
+        p = min(1.0, (t - spec.onset + 1) / max(int(f["ramp"]), 1))
+        shape = y.shape[:1] if data.regression else y.shape
+        hit = torch.rand(shape, generator=data.fgen) < p
+        if data.regression:
+            return x, torch.where(hit[:, None], data.majority_target.expand_as(y), y)
+        return x, torch.where(hit, torch.full_like(y, data.majority), y)
+    return x, y
+
+
+# ------------------------------------------------------------------------------------ training
+
+
+class _Ctx:
+    def __init__(self, spec: Any, torch: Any) -> None:
+        self.spec, self.torch = spec, torch
+        torch.manual_seed(spec.seed)
+        self.data = HeldoutData(spec, torch)
+        self.model = build_model(spec, self.data, torch)
+        self.opt = build_optimizer(spec, self.model, torch)
+
+    def fork(self) -> _Ctx:
+        """A copy of the model and optimizer (no hooks), sharing the data (its generators'
+        states must be saved and restored by the caller).
+        """
+        other = copy.copy(self)
+        other.model = build_model(self.spec, self.data, self.torch)
+        other.model.load_state_dict(self.model.state_dict())
+        other.opt = build_optimizer(self.spec, other.model, self.torch)
+        other.opt.load_state_dict(copy.deepcopy(self.opt.state_dict()))
+        return other
+
+    def step(self, t: int, *, fault: bool, mult: float | None, watcher: Any = None) -> float:
+        from trainsignals.curves.real_runs import fault_lr_factor
+
+        spec, torch, data, model, opt = self.spec, self.torch, self.data, self.model, self.opt
+        lr = spec.lr * lr_factor(spec, t) * (fault_lr_factor(spec, t, mult) if fault else 1.0)
+        for group in opt.param_groups:
+            group["lr"] = float(np.float32(lr))
+        if fault and t == spec.onset:
+            inject_weights(spec, model, torch)
+            if spec.kind == "overfitting":
+                data.restrict(int(spec.fault["n_examples"]))
+        x, y = data.batch()
+        if fault:
+            x, y = corrupt(spec, data, x, y, t, torch)
+        loss = loss_of(spec, model(x), y, torch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if spec.clip > 0:
+            if watcher is not None:
+                watcher.capture_grads()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
+        if not (fault and spec.fault.get("freeze") and t >= spec.onset):
+            opt.step()
+        val = None
+        if (t % spec.val_every == 0 and t > 0) or (t == 0 and spec.val_at_zero):
+            model.eval()
+            with torch.no_grad():
+                val = loss_of(spec, model(data.x_val), data.y_val, torch)
+            model.train()
+        if watcher is not None:
+            watcher.update(loss=loss.detach(), val_loss=val)
+        return float(loss.detach())
+
+
+def _watch(ctx: _Ctx, total: int) -> tuple[Any, Any]:
+    import trainsignals as ts
+    from trainsignals.adapters.torch import TorchWatcher
+    from trainsignals.curves.real_runs import _Collector
+
+    collector = _Collector()
+    quiet: dict[str, Any] = {name: False for name in ts.Monitor().detectors}
+    monitor = ts.Monitor(total_steps=total, recorder=collector, **quiet)
+    watcher = TorchWatcher(ctx.model, ctx.opt, monitor, per_layer=ctx.spec.per_layer,  # type: ignore[arg-type]
+                           update_ratio_every=1, activations_every=10)
+    return watcher, collector
+
+
+def _states(ctx: _Ctx) -> tuple[Any, Any, Any]:
+    return ctx.torch.get_rng_state(), ctx.data.gen.get_state(), ctx.data.fgen.get_state()
+
+
+def _restore(ctx: _Ctx, s: tuple[Any, Any, Any]) -> None:
+    ctx.torch.set_rng_state(s[0])
+    ctx.data.gen.set_state(s[1])
+    ctx.data.fgen.set_state(s[2])
+
+
+def twin_length(spec: Any) -> int:
+    """Steps the counterfactual twin runs from the onset: the kind's window (plus 10), at most
+    to the end of the run.
+    """
+    from trainsignals.curves.real_runs import _window
+
+    return min(spec.steps - spec.onset, _window(spec.kind, spec.steps) + 10)
+
+
+def _run_twin(ctx: _Ctx) -> dict[str, Any]:
+    """The run continued from the onset without the fault, on the same batches, recorded."""
+    spec = ctx.spec
+    saved = _states(ctx)
+    twin = ctx.fork()
+    n = twin_length(spec)
+    watcher, collector = _watch(twin, spec.steps)
+    try:
+        for t in range(spec.onset, spec.onset + n):
+            twin.step(t, fault=False, mult=None, watcher=watcher)
+    finally:
+        watcher.close()
+        _restore(ctx, saved)
+    rows = collector.rows
+    lgn = np.array([r[2][0] if r[2] is not None else np.full(len(watcher.layer_names), np.nan) for r in rows],
+                   dtype=np.float64)
+    acts = [r[3] for r in rows if r[3] is not None]
+    return {
+        "start": spec.onset,
+        "loss": np.array([r[1].get("loss", math.nan) for r in rows]),
+        "grad_norm": np.array([r[1].get("grad_norm", math.nan) for r in rows]),
+        "layer_grad_norms": lgn.reshape(len(rows), len(watcher.layer_names)),
+        "val_steps": np.array([spec.onset + r[0] for r in rows if "val_loss" in r[1]], dtype=np.int64),
+        "val_loss": np.array([r[1]["val_loss"] for r in rows if "val_loss" in r[1]]),
+        "dead_frac": np.array([a[0][0] for a in acts]).reshape(len(acts), -1),
+    }
+
+
+def _edge(ctx: _Ctx, history: list[float]) -> tuple[float, list[list[Any]]]:
+    """The edge-of-stability multiplier, swept on copies of the run (see real_runs)."""
+    from trainsignals.curves.real_runs import _divergence_verdict, _oscillation_verdict, _window
+
+    spec = ctx.spec
+    f, t0, n = spec.fault, spec.onset, spec.steps
+    w = min(_window("oscillation", n), n - 1 - t0)
+    mult = float(f["start"])
+    tried: list[list[Any]] = []
+    for _ in range(int(f["tries"])):
+        saved = _states(ctx)
+        probe = ctx.fork()
+        losses: list[float] = []
+        try:
+            for t in range(t0, t0 + w + 1):
+                losses.append(probe.step(t, fault=True, mult=mult))
+                if not math.isfinite(losses[-1]):
+                    break
+        finally:
+            _restore(ctx, saved)
+        series = np.full(n, np.nan)
+        series[:t0] = history
+        series[t0:t0 + len(losses)] = losses
+        if len(losses) < w + 1:
+            series[t0 + len(losses):] = math.inf
+        if _divergence_verdict(series, t0).passed:
+            tried.append([mult, "diverges"])
+            return mult, tried
+        if _oscillation_verdict(series, t0).passed:
+            tried.append([mult, "oscillation"])
+            return mult, tried
+        tried.append([mult, "stable"])
+        mult *= float(f["factor"])
+    return mult / float(f["factor"]), tried
+
+
+def train(spec: Any, torch: Any) -> tuple[Any, dict[str, Any]]:
+    """Train a held-out run; ``(curve, info)``, ``info["twin"]`` the counterfactual twin's trace
+    (faulty runs), ``info["lr_mult"]`` the edge-of-stability multiplier (oscillation runs).
+    """
+    from trainsignals.curves.real_runs import _to_curve
+
+    ctx = _Ctx(spec, torch)
+    watcher, collector = _watch(ctx, spec.steps)
+    info: dict[str, Any] = {}
+    mult: float | None = None
+    try:
+        for t in range(spec.steps):
+            if t == spec.onset:
+                info["twin"] = _run_twin(ctx)
+                if spec.fault.get("lr_mult") == "edge":
+                    history = [r[1].get("loss", math.nan) for r in collector.rows]
+                    mult, info["edge_of_stability"] = _edge(ctx, history)
+                    info["lr_mult"] = mult
+            ctx.step(t, fault=True, mult=mult, watcher=watcher)
+    finally:
+        watcher.close()
+    return _to_curve(spec, collector.rows, watcher), info
+
+
+# ------------------------------------------------------------------------------------ twin labels
+
+
+def _resid_sd(x: np.ndarray) -> float:
+    from trainsignals.curves.real_runs import _robust_sd, _running_median
+
+    with np.errstate(invalid="ignore"):
+        return _robust_sd(x - _running_median(x, 21))
+
+
+def _lg(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(np.maximum(np.asarray(x, dtype=np.float64), 1e-30))
+
+
+def twin_check(curve: Any, kind: str, twin: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether the faulty ``curve`` differs from its counterfactual ``twin`` beyond noise, in
+    the signal that shows ``kind``.
+
+    With ``d`` the log-ratio of the faulty signal to the twin's from the onset on and ``sd``
+    the twin's step noise (1.4826 MAD of its log-signal around a 21-step running median):
+
+    * ``divergence``, ``stall``: the largest 9-step running median of ``|d|`` (loss) is at
+      least ``max(4 sd / 3, log 1.1)``, or the faulty loss is non-finite;
+    * ``oscillation``: the faulty loss' step noise is at least 1.5x the twin's;
+    * ``loss_spike``: ``d`` of the loss within 3 steps of the onset is at least
+      ``max(4 sd, log 1.5)``; ``grad_explosion`` the same on the grad norm, ``max(4 sd, log 3)``;
+    * ``vanishing_gradient``: some layer's grad norm (median over onset + 10..60) is at most
+      0.1x the twin's;
+    * ``dead_units``: some activation layer's median dead fraction over the window is at least
+      0.3 above the twin's;
+    * ``silent_collapse``, ``overfitting``: the validation loss at the twin's last validation
+      is at least 1.1x the twin's.
+
+    Returns:
+        ``{"kind", "visible", "effect", "threshold", "noise"}`` (the figures the manifest records).
+    """
+    from trainsignals.curves.real_runs import _running_median
+
+    s = int(twin["start"])
+    n = len(twin["loss"])
+    out: dict[str, Any] = {"kind": kind, "twin_start": s, "twin_steps": n}
+    if kind in ("divergence", "stall", "oscillation", "loss_spike"):
+        f, tw = np.asarray(curve.loss[s:s + n], dtype=np.float64), twin["loss"]
+    else:
+        f, tw = np.asarray(curve.grad_norm[s:s + n], dtype=np.float64), twin["grad_norm"]
+    sd = _resid_sd(_lg(tw))
+    out["noise"] = sd
+    if kind in ("divergence", "stall"):
+        if not np.isfinite(f).all():
+            effect, thr = math.inf, 0.0
+        else:
+            effect = float(np.nanmax(np.abs(_running_median(_lg(f) - _lg(tw), 9))))
+            thr = max(4 * sd / 3, math.log(1.1))
+    elif kind == "oscillation":
+        sf = _resid_sd(_lg(f)) if np.isfinite(f).all() else math.inf
+        effect, thr = (sf / sd if sd > 0 else math.inf), 1.5
+    elif kind in ("loss_spike", "grad_explosion"):
+        seg = f[:3]
+        effect = math.inf if not np.isfinite(seg).all() else float(np.max(_lg(seg) - _lg(tw[:3])))
+        thr = max(4 * sd, math.log(1.5 if kind == "loss_spike" else 3.0))
+    elif kind == "vanishing_gradient":
+        g_f = np.asarray(curve.layer_grad_norms[s + 10:s + 61], dtype=np.float64)
+        g_t = np.asarray(twin["layer_grad_norms"][10:61], dtype=np.float64)
+        with np.errstate(all="ignore"):
+            rel = np.nanmedian(g_f, axis=0) / np.nanmedian(g_t, axis=0)
+        rel = np.where(np.isfinite(rel), rel, 1.0)
+        effect, thr = float(-math.log(max(float(rel.min()), 1e-30))), math.log(10.0)
+    elif kind == "dead_units":
+        mask = (curve.act_steps >= s) & (curve.act_steps < s + n)
+        d_f = np.nanmedian(np.asarray(curve.dead_frac[mask], dtype=np.float64), axis=0) if mask.any() else np.zeros(1)
+        d_t = np.nanmedian(np.asarray(twin["dead_frac"], dtype=np.float64), axis=0) if len(twin["dead_frac"]) \
+            else np.zeros_like(d_f)
+        effect, thr = float(np.nanmax(d_f - d_t)) if d_f.size else 0.0, 0.3
+    else:       # silent_collapse, overfitting: the validation loss against the twin's
+        vs, vt = twin["val_steps"], twin["val_loss"]
+        if not len(vs):
+            effect, thr = 0.0, math.log(1.1)
+        else:
+            last = int(vs[-1])
+            vf = curve.val_loss[curve.val_steps == last]
+            effect = float(_lg(vf[0]) - _lg(vt[-1])) if len(vf) else 0.0
+            effect = math.inf if len(vf) and not math.isfinite(float(vf[0])) else effect
+            thr = math.log(1.1)
+    out.update(effect=effect, threshold=thr, visible=bool(effect >= thr))
+    return out
+
+
+def label_with_twin(raw: Any, twin: Mapping[str, Any] | None) -> tuple[Any, Any, list[Any], dict[str, Any] | None]:
+    """:func:`~trainsignals.curves.real_runs.label_run`, then the twin check of the label it gives.
+
+    A faulty run whose fault made no visible difference to its twin (on the kind it was
+    labelled, or, when the rule check dropped it, on its intended kind) is relabelled healthy
+    when the healthy check passes on it, and dropped otherwise.
+
+    Returns:
+        ``(curve or None, the deciding check, every check made, the twin figures or None)``.
+    """
+    from trainsignals.curves import HEALTHY
+    from trainsignals.curves.real_runs import _check_healthy, _relabel, label_run
+
+    curve, decided, made = label_run(raw)
+    if twin is None or raw.kind == HEALTHY:
+        return curve, decided, made, None
+    kind = curve.kind if curve is not None else raw.kind
+    tc = twin_check(raw, kind, twin)
+    if tc["visible"]:
+        return curve, decided, made, tc
+    res = _check_healthy(raw)
+    made = [*made, res]
+    if not res.passed:
+        return None, res, made, tc
+    healthy = _relabel(raw, HEALTHY, -1)
+    d = {f: getattr(healthy, f) for f in healthy.__dataclass_fields__}
+    d["name"] = f"healthy-{raw.difficulty}-{raw.name.rsplit('-', 1)[-1]}-nofault-{raw.kind}"
+    return type(healthy)(**d), res, made, tc
