@@ -784,7 +784,8 @@ class DistributedWatcher(TorchWatcher):
                   ) -> tuple[list[float], list[tuple[str, int]]]:
         """Gather every rank's measurements, check the replicas and the ranks, return the combined
         values in the combined layout (the keys some rank measured); ``host`` gets the combined
-        activation names."""
+        activation names.
+        """
         m = self._gather(self._local_vector(packed, layout, host))
         step = self._cur_step
         self._pending.extend(self._check_replicas(m, step))

@@ -128,7 +128,7 @@ def _sq_norms(tree: PyTree) -> jax.Array:
 
 
 def _ratio(num: jax.Array, den: jax.Array) -> jax.Array:
-    """num / den, NaN where den == 0 (the ratio is undefined there, e.g. a zero-initialised bias)."""
+    """Num / den, NaN where den == 0 (the ratio is undefined there, e.g. a zero-initialised bias)."""
     safe = jnp.where(den > 0, den, 1.0)
     return jnp.where(den > 0, num / safe, jnp.nan)
 

@@ -90,6 +90,7 @@ from torch import nn
 import trainsignals as ts
 from trainsignals._events import TrainingFailure, check_kinds
 from trainsignals.adapters.torch import TorchWatcher
+from trainsignals.signals import DENSE_SIGNALS
 
 __all__ = ["TrainSignalsCallback", "TrainingFailure"]
 
@@ -100,7 +101,7 @@ if not logging.getLogger().hasHandlers():   # as lightning.pytorch does for its 
     _log.propagate = False
 
 _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
-_SIGNALS = ("loss", "grad_norm", "lr", "update_ratio")
+_SIGNALS = DENSE_SIGNALS
 _LOGGED = (*_SIGNALS, "grad_norm_applied")   # the norm after clipping: logged, not a Monitor input
 #: TorchWatcher arguments the callback sets itself.
 _RESERVED = ("model", "optimizer", "monitor", "recorder", "total_steps", "scaler", "on_critical")

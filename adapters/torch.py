@@ -446,7 +446,8 @@ class TorchWatcher:
 
     def _hook_functional(self, model: nn.Module, activation_types: tuple[type[nn.Module], ...]) -> None:
         """Forward hooks that enter the functional-activations mode around the model's forward and
-        track the module whose forward makes each call (``None`` inside a hooked activation module)."""
+        track the module whose forward makes each call (``None`` inside a hooked activation module).
+        """
         self._fn_mode = _FunctionalActs(self._functional_call)
         self._fn_root: str | None = None if isinstance(model, activation_types) else type(model).__name__
         self._fn_stack: list[str | None] = []          # the modules whose forward is running, innermost last
@@ -464,7 +465,8 @@ class TorchWatcher:
                                                         Callable[[nn.Module, Any, Any], None]]:
         """The forward pre-hook and forward hook of one submodule: push and pop its name on the
         stack of running forwards while the mode is entered (a bool check otherwise). ``None``
-        marks a hooked activation module; everything it calls is its own."""
+        marks a hooked activation module; everything it calls is its own.
+        """
         stack = self._fn_stack
 
         def pre(module: nn.Module, args: Any) -> None:
@@ -494,7 +496,8 @@ class TorchWatcher:
 
     def _fn_exit(self) -> None:
         """Take the mode off the torch-function mode stack, wherever it is: modes entered above it
-        (and not left) stay, in their order."""
+        (and not left) stay, in their order.
+        """
         self._fn_on = False
         above = []
         while torch._C._len_torch_function_stack() > 0:  # noqa: SLF001 - torch's function-mode stack has no public API
@@ -507,7 +510,8 @@ class TorchWatcher:
 
     def _functional_call(self, spec: tuple[str, tuple[float, float] | None], out: torch.Tensor) -> None:
         """Measure one activation-function call: layer ``"<module>:<function>"``, ``#i`` for its
-        i-th call (from 0) by the same module in the pass."""
+        i-th call (from 0) by the same module in the pass.
+        """
         owner = self._fn_stack[-1]
         if owner is None:    # inside a hooked activation module: its own hook measures it
             return
@@ -687,7 +691,8 @@ class TorchWatcher:
         (a float lr), else None: ``momentum=False``, plain SGD (no momentum, no weight decay),
         whose step is ``-lr * g``; ``momentum=True``, SGD with momentum and without Nesterov
         (weight decay, dampening, ``maximize`` allowed), whose step is ``-lr`` times the momentum
-        buffer it leaves."""
+        buffer it leaves.
+        """
         if type(optimizer) is not torch.optim.SGD:
             return None
         lrs: dict[int, float] = {}
@@ -880,7 +885,8 @@ class TorchWatcher:
     def _signals(self, got: dict[str, np.ndarray], host: dict[str, Any]) -> dict[str, Any]:
         """The Monitor's keyword arguments from the transferred values (float64 vectors by key)
         and the host ones. Per-layer values go to the Monitor as :class:`trainsignals.LayerValues`
-        (a mapping over the vector: no per-layer Python objects)."""
+        (a mapping over the vector: no per-layer Python objects).
+        """
         kw: dict[str, Any] = {}
         if "measured" in got:
             kw["grad_norm"] = float(got["measured"][0])
@@ -1025,7 +1031,8 @@ class TorchWatcher:
 
     def close(self) -> None:
         """Feed the steps still held back (``sync_every``), then remove every hook this watcher
-        installed (optimizer and forward hooks)."""
+        installed (optimizer and forward hooks).
+        """
         if self._fn_on:      # a forward interrupted before its forward hook ran
             self._fn_exit()
         try:

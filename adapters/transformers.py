@@ -139,6 +139,7 @@ except ImportError:  # pragma: no cover - older transformers: no state in checkp
 import trainsignals as ts
 from trainsignals import TrainingFailure
 from trainsignals.adapters.torch import TorchWatcher
+from trainsignals.signals import DENSE_SIGNALS
 
 __all__ = ["TrainSignalsCallback", "TrainingFailure"]
 
@@ -149,7 +150,7 @@ if not logging.getLogger().hasHandlers():   # as the Lightning adapter does
     _log.propagate = False
 
 _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
-_SIGNALS = ("loss", "grad_norm", "lr", "update_ratio")
+_SIGNALS = DENSE_SIGNALS
 #: TorchWatcher arguments the callback sets itself.
 _RESERVED = ("model", "optimizer", "monitor", "recorder", "total_steps", "scaler", "on_critical")
 #: metric names (after the evaluation prefix) taken as the accuracy-like score with score_metric="auto"
@@ -648,7 +649,8 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
 
 def _checkpoint_before(output_dir: str | None, onset: int) -> str | None:
     """The newest ``checkpoint-N`` directory of ``output_dir`` with ``N <= onset`` (its weights
-    are those before step ``onset`` ran), or None."""
+    are those before step ``onset`` ran), or None.
+    """
     if not output_dir or not os.path.isdir(output_dir):
         return None
     best: tuple[int, str] | None = None

@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     import trainsignals as ts
-    from trainsignals.report import replay
-    from trainsignals.traces import read_trace, trace_signals, write_trace
+    from trainsignals.io.report import replay
+    from trainsignals.io.traces import read_trace, trace_signals, write_trace
 
     n = args.steps
     n_stream = min(n, args.stream or n)

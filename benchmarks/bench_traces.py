@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
     import pyarrow as pa
 
     import trainsignals as ts
-    from trainsignals.traces import TraceWriter, read_trace
+    from trainsignals.io.traces import TraceWriter, read_trace
 
     n, n_layers = args.steps, args.layers
     rng = np.random.default_rng(0)

@@ -1,9 +1,9 @@
 """Do the real runs depend on the CPU's vector extensions, and does pinning the kernels fix it?
 
-Trains one MLP and one CNN run of ``trainsignals.real_runs`` (200 steps each) in fresh
+Trains one MLP and one CNN run of ``trainsignals.curves.real_runs`` (200 steps each) in fresh
 processes whose environment asks torch and MKL for another CPU's code (``ATEN_CPU_CAPABILITY``
 and ``MKL_CBWR`` at avx2/AVX2 and at avx512/AVX512), once as they come and once with
-:data:`trainsignals.real_runs.CPU_KERNELS` on top (what ``build`` gives its workers); ``train``
+:data:`trainsignals.curves.real_runs.CPU_KERNELS` on top (what ``build`` gives its workers); ``train``
 turns oneDNN off in both. Prints a hash of each run's recorded arrays and its last loss, and the
 seconds each process took. On an AVX-512 machine the unpinned hashes differ between the two
 settings and the pinned ones agree.
@@ -20,7 +20,7 @@ import time
 
 CHILD = r"""
 import hashlib, numpy as np
-from trainsignals.real_runs import RunSpec, train
+from trainsignals.curves.real_runs import RunSpec, train
 base = dict(kind="healthy", seed=1, steps=200, optimizer="sgd", lr=0.2, weight_decay=0.0, schedule="constant",
             warmup=0, batch_size=32, augment=(0.5, 0.05), val_every=25, val_at_zero=False, per_layer="module")
 out = []
@@ -35,7 +35,7 @@ print("; ".join(out))
 
 
 def main() -> None:
-    from trainsignals.real_runs import CPU_KERNELS
+    from trainsignals.curves.real_runs import CPU_KERNELS
 
     for pinned in (False, True):
         for cap, cbwr in (("avx2", "AVX2"), ("avx512", "AVX512")):

@@ -27,11 +27,11 @@ import sys
 import numpy as np
 
 from trainsignals import Kind
-from trainsignals.bench import default_window
 from trainsignals.curves import load_suite
+from trainsignals.curves.real_runs import _oscillation_stats
 from trainsignals.detectors import Oscillation
 from trainsignals.detectors.oscillation import _shift_test
-from trainsignals.real_runs import _oscillation_stats
+from trainsignals.eval.bench import default_window
 
 DET = Oscillation()
 W2, W4 = 3 * DET.window // 2, 4 * DET.window  # the second path's windows

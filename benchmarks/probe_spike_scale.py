@@ -18,8 +18,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from trainsignals import Kind, Monitor
-from trainsignals.bench import default_window
 from trainsignals.curves import load_suite
+from trainsignals.eval.bench import default_window
 
 W = 100
 

@@ -20,7 +20,7 @@ It writes
 Each picture is a run picked by a rule, not by hand: of the suite's runs of that kind, the one
 whose replay by the default Monitor raises that kind after the onset, with no alarm before it
 and the fewest alarms in all (the first in the suite's order on a tie). Every run is written to
-a trace with ``trainsignals.traces.write_trace`` and drawn by the ``trainsignals plot`` command.
+a trace with ``trainsignals.io.traces.write_trace`` and drawn by the ``trainsignals plot`` command.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def plot(curve, out: Path, dpi: int) -> None:
     from PIL import Image
 
     from trainsignals.cli import main
-    from trainsignals.traces import write_trace
+    from trainsignals.io.traces import write_trace
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,7 +179,7 @@ def headline(results) -> str:
 
 
 def bench_tables() -> dict:
-    from trainsignals import bench
+    from trainsignals.eval import bench
 
     results = {}
     for suite in ("synthetic", "real"):

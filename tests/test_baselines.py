@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from trainsignals.baselines import (
+from trainsignals.eval.baselines import (
     Alarm,
     Baseline,
     LightningEarlyStopping,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from trainsignals.baselines import (
+from trainsignals.eval.baselines import (
     Alarm,
     Baseline,
     SageMakerDeadRelu,
@@ -23,7 +23,7 @@ from trainsignals.baselines import (
     SageMakerWeightUpdateRatio,
     sagemaker_rules,
 )
-from trainsignals.bench import check_targets, score
+from trainsignals.eval.bench import check_targets, score
 
 
 @dataclass

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from trainsignals import bench
 from trainsignals._events import Kind, make_event
-from trainsignals.baselines import Alarm
-from trainsignals.bench import (
+from trainsignals.eval import bench
+from trainsignals.eval.baselines import Alarm
+from trainsignals.eval.bench import (
     BenchResult,
     KindScore,
     Score,

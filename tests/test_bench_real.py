@@ -1,6 +1,6 @@
 """The default Monitor against the baselines on the committed real-run suite (``datasets/real``).
 
-The real suite's targets (``trainsignals.bench.SUITE_TARGETS["real"]``: every kind >= 90 %
+The real suite's targets (``trainsignals.eval.bench.SUITE_TARGETS["real"]``: every kind >= 90 %
 right-kind, <= 3 % false alarms on healthy runs and before onset, ahead of every baseline on
 every kind) are all met. This test pins that state: a change that loses a target fails here.
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainsignals import bench
 from trainsignals.curves import load_suite
+from trainsignals.eval import bench
 
 REAL = Path(__file__).resolve().parents[1] / "datasets" / "real"
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import trainsignals as ts
-from trainsignals import bench
 from trainsignals.curves import KINDS, generate, load_suite, standard_suite
+from trainsignals.eval import bench
 
 
 @pytest.fixture(scope="module")

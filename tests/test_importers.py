@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import trainsignals as ts
-from trainsignals import importers
-from trainsignals.importers import (
+from trainsignals.io import importers
+from trainsignals.io.importers import (
     DEFAULT_MAPPINGS,
     ImportedRun,
     import_csv,

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainsignals.bench import default_window
 from trainsignals.curves import load_suite
 from trainsignals.detectors import EWMASpike, GuardedEWMASpike
+from trainsignals.eval.bench import default_window
 from trainsignals.suite import default_settings
 
 sys.path.insert(0, str(Path(__file__).parent))

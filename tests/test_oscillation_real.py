@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from trainsignals import Kind
-from trainsignals.bench import default_window
 from trainsignals.curves import load_suite
 from trainsignals.detectors import Oscillation
+from trainsignals.eval.bench import default_window
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_scan_equivalence import close_state  # noqa: E402

@@ -15,9 +15,9 @@ pytest.importorskip("matplotlib")
 from matplotlib.image import imread  # noqa: E402
 
 from trainsignals.curves import generate  # noqa: E402
-from trainsignals.plot import plot_run  # noqa: E402
-from trainsignals.report import replay  # noqa: E402
-from trainsignals.traces import read_trace, write_trace  # noqa: E402
+from trainsignals.io.plot import plot_run  # noqa: E402
+from trainsignals.io.report import replay  # noqa: E402
+from trainsignals.io.traces import read_trace, write_trace  # noqa: E402
 
 
 def _signals(n: int = 600, blow_up: bool = False) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def test_inputs_and_heatmap(tmp_path: Path) -> None:
 
 
 def test_matplotlib_is_imported_only_to_plot() -> None:
-    code = ("import sys, trainsignals, trainsignals.report, trainsignals.trace_cli; "
+    code = ("import sys, trainsignals, trainsignals.io.report, trainsignals.cli.traces; "
             "assert 'matplotlib' not in sys.modules, 'imported'; "
-            "import trainsignals.plot; assert 'matplotlib' not in sys.modules, 'plot module'")
+            "import trainsignals.io.plot; assert 'matplotlib' not in sys.modules, 'plot module'")
     subprocess.run([sys.executable, "-c", code], check=True)

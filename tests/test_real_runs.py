@@ -1,4 +1,4 @@
-"""The real-run generator (:mod:`trainsignals.real_runs`) and the committed suite ``datasets/real``.
+"""The real-run generator (:mod:`trainsignals.curves.real_runs`) and the committed suite ``datasets/real``.
 
 Tiny runs (a few hundred steps of a small MLP/CNN/character model on CPU) check determinism,
 that the labelling check keeps a fault that took effect and drops one that did not, and that
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from trainsignals.curves import load_suite
-from trainsignals.real_runs import (
+from trainsignals.curves.real_runs import (
     FAMILIES,
     FAULT_KINDS,
     RunSpec,
@@ -120,7 +120,7 @@ def test_build_writes_a_suite_that_load_suite_reads(torch: Any, tmp_path: Path) 
     assert same(curves[0], again)      # stored exactly (float32 values)
     written = json.loads((tmp_path / "manifest.json").read_text())
     assert written["versions"]["torch"] == torch.__version__
-    assert written["command"] == "python -m trainsignals.real_runs build --seed 7"
+    assert written["command"] == "python -m trainsignals.curves.real_runs build --seed 7"
     entry = written["curves"][0]
     assert entry["check"]["passed"] and entry["family"] == "mlp" and entry["config"]["fault"]["lr_mult"] == 100.0
 
@@ -168,7 +168,7 @@ def test_plan_rejects_bad_arguments(kw: dict[str, Any], param: str) -> None:
 
 
 def test_import_does_not_pull_in_torch() -> None:
-    code = "import sys, trainsignals, trainsignals.real_runs; print('torch' in sys.modules)"
+    code = "import sys, trainsignals, trainsignals.curves.real_runs; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -192,7 +192,7 @@ def test_committed_suite_loads_and_is_balanced(committed: list[Any]) -> None:
     size = sum(p.stat().st_size for p in default_directory().iterdir() if p.is_file())
     assert size <= 50e6
     manifest = json.loads((default_directory() / "manifest.json").read_text())
-    assert manifest["versions"]["torch"] and manifest["command"].startswith("python -m trainsignals.real_runs build")
+    assert manifest["versions"]["torch"] and manifest["command"].startswith("python -m trainsignals.curves.real_runs build")
 
 
 def test_every_committed_label_passes_its_check(committed: list[Any]) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainsignals._console import PIPE_WIDTH, make_console
 from trainsignals.cli import main
-from trainsignals.report import Report, expand_sources, replay_many, replay_source
-from trainsignals.traces import write_trace
+from trainsignals.io._console import PIPE_WIDTH, make_console
+from trainsignals.io.report import Report, expand_sources, replay_many, replay_source
+from trainsignals.io.traces import write_trace
 
 DATA = Path(__file__).parent / "data"
 LOGS = DATA / "logs"
@@ -151,7 +151,7 @@ def test_headline_and_plot_title_tell_the_truth(tmp_path: Path) -> None:
     assert line.startswith(f"critical {crit.kind.value} at step {crit.step}")
     assert "recovered, status healthy at the end" in line and f"stop advised at step {crit.step}" in line
     pytest.importorskip("matplotlib")
-    from trainsignals.plot import plot_run
+    from trainsignals.io.plot import plot_run
 
     fig = plot_run(rep)
     title = fig.texts[0].get_text()

@@ -15,8 +15,8 @@ from rich.console import Console
 
 import trainsignals as ts
 from trainsignals.curves import generate
-from trainsignals.report import Report, replay, replay_many, status_timeline, summary_table
-from trainsignals.traces import TraceWriter, read_trace, write_trace
+from trainsignals.io.report import Report, replay, replay_many, status_timeline, summary_table
+from trainsignals.io.traces import TraceWriter, read_trace, write_trace
 
 # -- helpers --------------------------------------------------------------------------------
 

@@ -130,3 +130,17 @@ def test_a_user_detector_in_a_trace_and_replay(tmp_path):
     assert mine(ts.trace_events(path)) == [(200, "LossAboveCeiling")]
     report = ts.replay(path, ts.Monitor(suite={**ts.default_suite(), "ceiling": LossAboveCeiling(3.0)}))
     assert mine(report.events) == [(200, "LossAboveCeiling")]
+
+
+def test_the_signal_vocabulary_is_what_the_monitor_and_every_detector_take():
+    import inspect
+
+    update = set(inspect.signature(ts.Monitor.update).parameters) - {"self", "step", "events"}
+    scan = set(inspect.signature(ts.Monitor.scan).parameters) - {"self", "step"}
+    assert update == set(ts.SIGNALS) == scan
+    for det in ts.default_suite().values():
+        assert {i.name for i in det.inputs} <= set(ts.SIGNALS), det
+    from trainsignals.io import importers, traces
+
+    assert set(importers.SIGNALS) | {"layer_grad_norms", "layer_update_ratios", "activations"} == set(ts.SIGNALS)
+    assert set(traces.SCALAR_COLUMNS) <= set(ts.SIGNALS)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import trainsignals as ts
-from trainsignals import trace_cli
-from trainsignals.importers import import_run
-from trainsignals.trace_cli import add_trace_commands
-from trainsignals.traces import TraceWriter, read_trace, write_trace
+from trainsignals.cli import traces as trace_cli
+from trainsignals.cli.traces import add_trace_commands
+from trainsignals.io.importers import import_run
+from trainsignals.io.traces import TraceWriter, read_trace, write_trace
 
 
 def run(*argv: str) -> int:

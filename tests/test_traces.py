@@ -19,7 +19,7 @@ import pytest
 
 import trainsignals as ts
 from trainsignals._events import make_event
-from trainsignals.traces import (
+from trainsignals.io.traces import (
     TRACE_SCHEMA_VERSION,
     TraceDamagedWarning,
     TraceFormatError,
@@ -374,7 +374,7 @@ def test_layer_change_raises_and_records_nothing(tmp_path):
 # --------------------------------------------------------------------------- crash safety
 CHILD = r"""
 import sys
-from trainsignals.traces import TraceWriter
+from trainsignals.io.traces import TraceWriter
 w = TraceWriter(sys.argv[1], flush_every=10, metadata={"run": "crash"})
 seen = i = 0
 while True:
@@ -605,8 +605,8 @@ def test_import_trainsignals_does_not_import_pyarrow():
 
 def test_public_names_are_served_lazily_from_the_package():
     import trainsignals as ts
-    from trainsignals import report as report_module
-    from trainsignals import traces as traces_module
+    from trainsignals.io import report as report_module
+    from trainsignals.io import traces as traces_module
 
     assert ts.TraceWriter is traces_module.TraceWriter
     assert ts.read_trace is traces_module.read_trace

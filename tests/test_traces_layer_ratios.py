@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 import trainsignals as ts
-from trainsignals.trace_cli import TraceTail
-from trainsignals.traces import (
+from trainsignals.cli.traces import TraceTail
+from trainsignals.io.traces import (
     TraceFormatError,
     TraceWriter,
     read_trace,

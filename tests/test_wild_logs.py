@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainsignals.importers import NoSignalError, import_run
-from trainsignals.report import expand_sources, replay_source
+from trainsignals.io.importers import NoSignalError, import_run
+from trainsignals.io.report import expand_sources, replay_source
 
 WILD = Path(__file__).resolve().parents[2] / "shared" / "wild-logs"
 RUNS = WILD / "runs"

@@ -75,26 +75,28 @@ __all__ = [
 
 
 _LAZY = {  # public names served by modules that import pyarrow or matplotlib, loaded on first use
-    "TraceWriter": "traces",
-    "read_trace": "traces",
-    "write_trace": "traces",
-    "trace_signals": "traces",
-    "trace_metadata": "traces",
-    "trace_events": "traces",
-    "TraceFormatError": "traces",
-    "TraceDamagedWarning": "traces",
-    "Report": "report",
-    "replay": "report",
-    "replay_many": "report",
-    "plot_run": "plot",
-    "import_run": "importers",
+    "TraceWriter": "io.traces",
+    "read_trace": "io.traces",
+    "write_trace": "io.traces",
+    "trace_signals": "io.traces",
+    "trace_metadata": "io.traces",
+    "trace_events": "io.traces",
+    "TraceFormatError": "io.traces",
+    "TraceDamagedWarning": "io.traces",
+    "Report": "io.report",
+    "replay": "io.report",
+    "replay_many": "io.report",
+    "plot_run": "io.plot",
+    "import_run": "io.importers",
 }
+#: the subpackages beside the core, imported on first use
+_SUBPACKAGES = ("testing", "curves", "io", "eval", "cli")
 
 
 def __getattr__(name: str):  # lazy submodules and names: keep `import trainsignals` light
     import importlib
 
-    if name in ("testing", "curves", "bench", "baselines", "importers", "traces", "report", "plot"):
+    if name in _SUBPACKAGES:
         return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

@@ -18,7 +18,7 @@ from ._events import Event, Kind, check_kinds
 from ._recorder import Recorder
 from ._validate import check_range, to_step
 from .detectors._base import Detector, _jsonable
-from .signals import SIGNALS, Column, column, dense_values, layers, scalar
+from .signals import DENSE_SIGNALS, SIGNALS, Column, column, dense_values, layers, scalar
 from .signals import activations as _activations
 from .status import RANK, STATUSES, state_of
 from .suite import default_suite
@@ -42,7 +42,8 @@ def _takes_cached(fn: Any, name: str) -> bool:
 
 def _takes(method: Any, name: str) -> bool:
     """Whether a recorder's method accepts the keyword ``name`` (recorders written before a
-    keyword existed are called without it)."""
+    keyword existed are called without it).
+    """
     return _takes_cached(getattr(method, "__func__", method), name)
 
 
@@ -664,7 +665,7 @@ def _columns(data: Any) -> dict[str, Any]:
         cols = {str(k): v for k, v in data.items()}
     else:
         raise TypeError(f"data must be a pyarrow Table, a DataFrame or a mapping of columns, got {type(data).__name__}")
-    out = {k: cols[k] for k in ("step", "loss", "grad_norm", "lr", "update_ratio") if k in cols}
+    out = {k: cols[k] for k in ("step", *DENSE_SIGNALS) if k in cols}
     if "val_loss" in cols:
         vals, measured = dense_values("val_loss", cols["val_loss"])
         if measured is None:

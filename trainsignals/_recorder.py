@@ -56,4 +56,5 @@ class Recorder(Protocol):
     ) -> None:
         """One ``scan``: dense signals aligned with ``steps``; ``val_loss`` as ``(steps, values)``;
         ``layer_grad_norms`` as ``(steps, matrix (n, layers), names or None when unnamed)``; ``activations`` as
-        ``(steps, {layer: {stat: array}})``; all the events the scan raised."""
+        ``(steps, {layer: {stat: array}})``; all the events the scan raised.
+        """

@@ -64,7 +64,8 @@ _STEP_LIMIT = 2 ** 62  # steps are stored as int64 (traces, the batch path): far
 
 def to_step(x: Any) -> int:
     """Convert a step to ``int``; ``TypeError`` if it is not a whole number, ``ValueError`` if
-    it does not fit the 64-bit steps of traces and the batch path."""
+    it does not fit the 64-bit steps of traces and the batch path.
+    """
     if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
         s = int(x)
     elif isinstance(x, (float, np.floating)) and math.isfinite(x) and float(x).is_integer():

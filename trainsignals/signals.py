@@ -30,7 +30,7 @@ import numpy as np
 
 from ._layers import LayerValues
 
-__all__ = ["SIGNALS", "Signal", "Column", "LayerStats", "scalar", "layers", "activations", "column", "dense_values", "as_steps", "ACT_STATS"]
+__all__ = ["SIGNALS", "SCALAR_SIGNALS", "DENSE_SIGNALS", "Signal", "Column", "LayerStats", "scalar", "layers", "activations", "column", "dense_values", "as_steps", "ACT_STATS"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,11 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("layer_update_ratios", form="layers", nonneg=True),
     Signal("activations", form="activations"),
 )}
+
+#: The signals with one number a step, in order; and those of them measured at every step
+#: (``val_loss`` has its own cadence).
+SCALAR_SIGNALS: tuple[str, ...] = tuple(n for n, s in SIGNALS.items() if s.form == "scalar")
+DENSE_SIGNALS: tuple[str, ...] = tuple(n for n in SCALAR_SIGNALS if not SIGNALS[n].sparse)
 
 #: The activation statistics the detectors read (rows of a :class:`LayerStats` matrix); others
 #: (``mean``, ``var``, ``min``, ``max``) are accepted and ignored.

@@ -1,6 +1,6 @@
 """The status rule, stated once: which events put a run in which failed state.
 
-:attr:`trainsignals.Monitor.status` (streaming) and :func:`trainsignals.report.status_timeline`
+:attr:`trainsignals.Monitor.status` (streaming) and :func:`trainsignals.io.report.status_timeline`
 (a whole run's events at once) both read it. A failed state is entered by an event of its
 kinds and lasts ``recovery`` steps after the latest one; the worst live state wins.
 

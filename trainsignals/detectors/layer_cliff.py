@@ -110,7 +110,8 @@ class LayerGradCliff(Detector):
 
     def _levels(self, mat: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The fast and slow levels over the rows from ``i`` up to the first row with a
-        non-finite value (at most 4096 rows), or None when that row is the first."""
+        non-finite value (at most 4096 rows), or None when that row is the first.
+        """
         u = self._log(mat[i:i + 4096])
         lim = first_bad_row(u)
         if lim == 0:
@@ -194,7 +195,8 @@ class LayerGradCliff(Detector):
     def _gaps(self, mat: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """The fast paths' common start: ``(fast, slow, below, dropped)`` per row from ``i`` —
         decades below the median layer and below the layer's own history — or None when no
-        vectorised advance is possible (warming up, cooling down, new layers, a non-finite row)."""
+        vectorised advance is possible (warming up, cooling down, new layers, a non-finite row).
+        """
         if self._n <= self.warmup or self._cooldown_left or len(self._f) != mat.shape[1]:
             return None
         levels = self._levels(mat, i)

@@ -205,7 +205,8 @@ class LossGradCoupling(Detector):
 
     def _onset(self, fell: bool) -> int:
         """The first step of the held span at which the grad level left its start (for a fall:
-        its highest level so far) by a quarter of a decade."""
+        its highest level so far) by a quarter of a decade.
+        """
         q = 0.25 * _LN10
         ref = self._gs[0]
         for gv, sv in zip(self._gs, self._ss):

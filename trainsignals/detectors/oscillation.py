@@ -56,7 +56,8 @@ def _ljung_box(res: list[float], lags: int) -> float:
     """Ljung-Box statistic ``Q = m (m + 2) sum_k r_k^2 / (m - k)`` of the residuals over lags
     1..``lags`` (``r_k`` their autocorrelation at lag ``k``). Under white noise ``Q`` follows a
     chi-square law with ``lags`` degrees of freedom; a sawtooth, an alternation or a repeated
-    spike-and-collapse correlates at its period and makes it large."""
+    spike-and-collapse correlates at its period and makes it large.
+    """
     m = len(res)
     if m <= lags + 2:
         return 0.0
@@ -75,7 +76,8 @@ def _ljung_box(res: list[float], lags: int) -> float:
 @lru_cache(maxsize=64)
 def _chi2_crit(p: float, dof: int) -> float:
     """The chi-square quantile at ``1 - p`` with ``dof`` degrees of freedom (cached: the
-    detector's hot path keeps few attributes, so its critical values live here)."""
+    detector's hot path keeps few attributes, so its critical values live here).
+    """
     from scipy.stats import chi2  # SciPy on first use: `import trainsignals` stays light
 
     return float(chi2.isf(p, dof))
@@ -122,7 +124,8 @@ def _shift_test(ys: Sequence[float], gs: Sequence[float], w2: int, efficiency: f
     of the robust residual scales carried to loss units (times ``exp`` of the median log-level
     change); the grad-norm ratio is ``inf`` when either window lacks grad norms. The third value
     is the learning-rate ratio: the smallest learning rate of the current window over the median
-    of the reference's (0 when either lacks one). ``ys`` holds finite values."""
+    of the reference's (0 when either lacks one). ``ys`` holds finite values.
+    """
     m = len(ys)
     cur, ref = sorted(islice(ys, m - w2, m)), sorted(islice(ys, 0, w2))
     h = w2 // 2
@@ -224,7 +227,7 @@ class Oscillation(Detector):
       not yet a regime, and once the window has left it the loss is falling again.
     * with the learning rate's word, and when its last jump took it ``lr_rise`` times above the
       highest rate the run had used before, a loss swing ``lr_shift`` times as wide (2, the
-      real-run suite's own definition of an oscillation, :mod:`trainsignals.real_runs`) is
+      real-run suite's own definition of an oscillation, :mod:`trainsignals.curves.real_runs`) is
       enough instead of ``shift``. ``shift``'s margin guards against a loss band that merely
       wanders (healthy real runs reach 2.5-2.9 in this test); a step size the run never trained
       with is the cause seen directly. A jump back to a rate the run already used (a warm
@@ -359,7 +362,8 @@ class Oscillation(Detector):
         """The second path's verdict on :func:`_shift_test`'s ratios: the loss swings ``shift``
         times as wide and the learning rate rose, or the grad norm moved (not on a watch that a
         learning-rate jump alone armed); or only ``lr_shift`` times as wide when the learning
-        rate rose and its last jump took it where the run had never been (``lr_new``)."""
+        rate rose and its last jump took it where the run had never been (``lr_new``).
+        """
         if rlr >= self.lr_rise:
             return rl >= (self.lr_shift if lr_new else self.shift)
         return not lr_only and rl >= self.shift and rg >= self.grad_shift
@@ -432,7 +436,8 @@ class Oscillation(Detector):
 
     def _keep_lr(self, lr: float) -> bool:
         """Keep ``lr`` (nan when unknown) aligned with the losses; whether it jumped (``lr_rise``
-        times the last known one, or more)."""
+        times the last known one, or more).
+        """
         ls = self._ls
         if not (lr - lr == 0.0 and lr > 0.0):
             if ls:
@@ -563,7 +568,8 @@ class Oscillation(Detector):
         """Whether the watch was armed by a learning-rate jump alone, after the armings at or
         before each of ``points`` (increasing, relative to the block like ``jumps`` and
         ``swings``; ``until`` is the last value the carried-in watch covers). The streaming
-        order: a jump arms first, a swing at the same value clears the flag."""
+        order: a jump arms first, a swing at the same value clears the flag.
+        """
         evs = sorted([(int(a), 0) for a in jumps] + [(int(a), 1) for a in swings])
         lr_only, pos, out = self._lr_only, 0, []
         for e in points:

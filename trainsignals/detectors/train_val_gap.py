@@ -269,7 +269,8 @@ class TrainValGap(Detector):
 
     def _stepped_up(self) -> bool:
         """Whether the last ``patience`` log validations sit above the ``patience + 1`` up to and
-        including the best: a one-sided Welch test at ``confidence``."""
+        including the best: a one-sided Welch test at ``confidence``.
+        """
         k = self.patience
         end = len(self._hist) - 1 - self._bad  # the best's place in the history
         if end + 1 < k + 1:
@@ -291,7 +292,8 @@ class TrainValGap(Detector):
 
     def _critical_dof(self, dof: int) -> float:
         """The t-statistic a test with ``dof`` degrees of freedom must reach: ``threshold`` when
-        set, else Student's t quantile at ``confidence``."""
+        set, else Student's t quantile at ``confidence``.
+        """
         if self.threshold is not None:
             return float(self.threshold)
         return _t_quantile(float(self.confidence), dof)

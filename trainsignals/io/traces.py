@@ -53,10 +53,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import __version__
-from ._events import SEVERITIES, Event, Kind
-from ._validate import check_range, to_float, to_step
-from .detectors.layer_cliff import as_named_vector
+from trainsignals import __version__
+from trainsignals._events import SEVERITIES, Event, Kind
+from trainsignals._validate import check_range, to_float, to_step
+from trainsignals.detectors.layer_cliff import as_named_vector
+from trainsignals.signals import DENSE_SIGNALS as _DENSE
+from trainsignals.signals import SCALAR_SIGNALS
 
 __all__ = [
     "TRACE_SCHEMA_VERSION",
@@ -74,8 +76,8 @@ __all__ = [
 TRACE_SCHEMA_VERSION = 1
 """Version of the trace layout written by this module (``trainsignals.format_version``)."""
 
-SCALAR_COLUMNS = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
-DENSE_SIGNALS = ("loss", "grad_norm", "lr", "update_ratio")
+SCALAR_COLUMNS = SCALAR_SIGNALS
+DENSE_SIGNALS = _DENSE
 LIST_COLUMNS = ("layer_grad_norms", "layer_update_ratios", "act_dead_frac", "act_saturation")
 LAYER_COLUMNS = ("layer_grad_norms", "layer_update_ratios")  # per-layer signals over ``layer_names``
 _OPTIONAL_COLUMNS = ("layer_update_ratios",)  # columns that traces written before them lack
@@ -622,7 +624,7 @@ class TraceWriter:
 
     Example:
         >>> import math, os, tempfile
-        >>> from trainsignals.traces import TraceWriter, read_trace
+        >>> from trainsignals.io.traces import TraceWriter, read_trace
         >>> path = os.path.join(tempfile.mkdtemp(), "run.arrow")
         >>> with TraceWriter(path, metadata={"model": "mlp"}) as w:
         ...     w.write(0, loss=2.5, lr=0.1, layer_grad_norms={"fc1": 1.0, "fc2": 0.5})
@@ -808,7 +810,8 @@ class TraceWriter:
 
     def _check_layers(self, grad: tuple[Any, int] | None, ratios: tuple[Any, int] | None) -> tuple[str, ...] | None:
         """The layer names of ``(names or None, width)`` grad norms and update ratios recorded together:
-        checked against the trace's and against each other, not yet learned (None: neither given)."""
+        checked against the trace's and against each other, not yet learned (None: neither given).
+        """
         g = None if grad is None else self._check_width("layer_grad_norms", grad[0], grad[1])
         if ratios is None:
             return g
@@ -1080,7 +1083,8 @@ class TraceWriter:
 
     def _check_width(self, kind: str, names: Any, width: int, current: Any = _UNSET) -> tuple[str, ...]:
         """The names a per-layer row or matrix of ``width`` values will be recorded under (checked, not yet
-        learned) against ``current`` (default: the trace's names for ``kind``)."""
+        learned) against ``current`` (default: the trace's names for ``kind``).
+        """
         if current is _UNSET:
             current = self._act_names if kind == "activations" else self._layer_names
         cur: tuple[str, ...] | None = current
@@ -1132,7 +1136,8 @@ class TraceWriter:
 
     def _rewrite(self, names: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
         """Layer names learned after the first flush: rewrite the (layer-less) rows so far under
-        a schema that carries them. Happens at most once per layer kind; streams batch by batch."""
+        a schema that carries them. Happens at most once per layer kind; streams batch by batch.
+        """
         assert self._schema is not None
         new_schema = self._schema.with_metadata({
             **self._schema.metadata,
@@ -1543,7 +1548,8 @@ def read_trace(path: str | os.PathLike[str]) -> pa.Table:
 
 def _with_optional_columns(table: pa.Table) -> pa.Table:
     """The table with the columns of an older trace's missing optional columns added, all null, in
-    their place in the current schema (the schema metadata is kept)."""
+    their place in the current schema (the schema metadata is kept).
+    """
     for name in _OPTIONAL_COLUMNS:
         if table.schema.get_field_index(name) < 0:
             order = [f.name for f in _EXPECTED_FIELDS]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._events import Event
-from ._monitor import Monitor
+from trainsignals._events import Event
+from trainsignals._monitor import Monitor
 
 W0 = 10.0
 TARGET = 3.0
@@ -57,6 +57,8 @@ def descend(lr: float, steps: int = 10, w0: float = W0, monitor: Monitor | None 
 
 @dataclass(frozen=True)
 class SweepRow:
+    """One learning rate of a sweep: where the run ended and what the Monitor said."""
+
     lr: float
     final_loss: float
     verdict: str
@@ -97,10 +99,11 @@ def sweep(lrs: list[float] | None = None, steps: int = 20) -> tuple[list[SweepRo
 
 def run_playground(lr: float, steps: int, do_sweep: bool) -> int:
     """The command-line entry: a live status line per step, or the sweep table."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from trainsignals.io._console import make_console
+
+    console = make_console()
     if do_sweep:
         rows, edge = sweep(steps=steps)
         table = Table(title=f"learning-rate sweep on (w - 3)**2, {steps} steps each")

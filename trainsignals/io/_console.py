@@ -23,7 +23,8 @@ PIPE_WIDTH = 250
 
 def output_width(stream: TextIO | None = None) -> int | None:
     """The width to give a console writing to ``stream`` (default stdout): None on a terminal
-    (rich measures it), else ``TRAINSIGNALS_WIDTH`` or :data:`PIPE_WIDTH`."""
+    (rich measures it), else ``TRAINSIGNALS_WIDTH`` or :data:`PIPE_WIDTH`.
+    """
     stream = sys.stdout if stream is None else stream
     try:
         tty = stream.isatty()

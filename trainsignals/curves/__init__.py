@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ._events import DISTRIBUTED_KINDS, Kind
+from trainsignals._events import DISTRIBUTED_KINDS, Kind
 
 __all__ = [
     "DIFFICULTIES",
@@ -1081,7 +1081,7 @@ def standard_suite(seed: int = 0) -> list[Curve]:
 
 def default_directory() -> Path:
     """Where the committed suite lives: ``<repository>/datasets/synthetic``."""
-    return Path(__file__).resolve().parents[1] / "datasets" / "synthetic"
+    return Path(__file__).resolve().parents[2] / "datasets" / "synthetic"
 
 
 def _schema() -> Any:

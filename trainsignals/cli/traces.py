@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._console import make_console
-from .report import (
+from trainsignals.io._console import make_console
+from trainsignals.io.report import (
     EXIT_UNREADABLE,
     Report,
     expand_sources,
@@ -64,13 +64,13 @@ def add_trace_commands(subparsers: Any) -> None:
         subparsers: What ``ArgumentParser.add_subparsers()`` returned. Each added command
             sets ``func``: call ``args.func(args)`` for its exit status.
     """
-    from .importers import TOOLS
+    from trainsignals.io.importers import TOOLS
 
     fmt = argparse.RawDescriptionHelpFormatter
 
     r = subparsers.add_parser(
         "replay", help="run the detectors over recorded traces or other tools' logs and report what went wrong",
-        description=_wrap("Replay recorded traces (Arrow IPC, see trainsignals.traces) or any log convert "
+        description=_wrap("Replay recorded traces (Arrow IPC, see trainsignals.io.traces) or any log convert "
                     "reads (trainer_state.json, a Lightning version_N folder or metrics.csv, a TensorBoard "
                     "folder, CSV, JSONL, Keras' training.log) through the default Monitor and report per "
                     "run: a one-line verdict (what failed, since when, the fix), then the failures, when "
@@ -121,7 +121,7 @@ def add_trace_commands(subparsers: Any) -> None:
 
     c = subparsers.add_parser(
         "convert", help="turn another tool's logs into a trace (HF Trainer, Lightning, CSV, JSONL, TensorBoard)",
-        description=_wrap("Import a run logged by another tool (trainsignals.importers) and write it as a "
+        description=_wrap("Import a run logged by another tool (trainsignals.io.importers) and write it as a "
                     "trace that replay, plot and watch read."),
         epilog="exit status: 0 written; 1 failed (message on stderr).", formatter_class=fmt)
     c.add_argument("src", metavar="SRC", help="trainer_state.json, metrics.csv, a CSV/JSONL file or a TensorBoard folder")
@@ -229,8 +229,8 @@ def _replay_cmd(args: argparse.Namespace) -> int:
 def _plot_cmd(args: argparse.Namespace) -> int:
     err = _console(stderr=True)
     try:
-        from .plot import plot_run
-        from .report import replay_source
+        from trainsignals.io.plot import plot_run
+        from trainsignals.io.report import replay_source
 
         mapping = _parse_map(args.map)
         report = replay_source(args.path, tool=args.tool, mapping=mapping or None, run_index=args.run_index)
@@ -274,12 +274,12 @@ class TraceTail:
         """The record batches completed since the last poll (maybe none).
 
         Raises:
-            trainsignals.traces.TraceFormatError: the file is not an Arrow stream of a trace.
+            trainsignals.io.traces.TraceFormatError: the file is not an Arrow stream of a trace.
             TraceTail.Restarted: the file shrank since the last poll.
         """
         import pyarrow as pa
 
-        from .traces import TraceFormatError
+        from trainsignals.io.traces import TraceFormatError
 
         try:
             st = self.path.stat()
@@ -336,7 +336,7 @@ class _Watch:
         self.reset()
 
     def reset(self) -> None:
-        from ._monitor import Monitor
+        from trainsignals._monitor import Monitor
 
         self.monitor: Monitor | None = None
         self.Monitor = Monitor
@@ -349,8 +349,8 @@ class _Watch:
         self.step_parts: list[np.ndarray] = []
 
     def feed(self, table: pa.Table) -> list[Any]:
-        from .report import _measured
-        from .traces import trace_metadata, trace_signals
+        from trainsignals.io.report import _measured
+        from trainsignals.io.traces import trace_metadata, trace_signals
 
         if self.monitor is None:
             self.metadata = dict(trace_metadata(table)["metadata"])
@@ -408,7 +408,7 @@ def _live_view(w: _Watch, state: str, most: int = 8) -> RenderableType:
 def _watch_cmd(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    from .traces import TraceFormatError
+    from trainsignals.io.traces import TraceFormatError
 
     if not args.interval > 0 or (args.total_steps is not None and args.total_steps < 1):
         print("error: --interval must be > 0 and --total-steps >= 1", file=sys.stderr)
@@ -495,9 +495,9 @@ def _parse_map(items: Sequence[str]) -> dict[str, str | None]:
 
 
 def _convert_cmd(args: argparse.Namespace) -> int:
-    from .importers import import_run
-    from .report import imported_trace_kwargs
-    from .traces import write_trace
+    from trainsignals.io.importers import import_run
+    from trainsignals.io.report import imported_trace_kwargs
+    from trainsignals.io.traces import write_trace
 
     try:
         mapping = _parse_map(args.map)

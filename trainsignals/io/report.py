@@ -1,6 +1,6 @@
 """Replay recorded traces through the detectors and report what went wrong, when, and why.
 
-A trace (:mod:`trainsignals.traces`) holds every signal a run logged. :func:`replay` runs a
+A trace (:mod:`trainsignals.io.traces`) holds every signal a run logged. :func:`replay` runs a
 :class:`~trainsignals.Monitor` over it with the vectorised :meth:`Monitor.scan` — exactly the
 events of streaming the trace step by step through :meth:`Monitor.update` — and returns a
 :class:`Report`: the events, the status over time, whether the run should have stopped, and
@@ -11,7 +11,7 @@ renderings for people (:meth:`Report.summary`, :meth:`Report.to_text`,
 
 Example:
     >>> import numpy as np
-    >>> from trainsignals.report import status_timeline
+    >>> from trainsignals.io.report import status_timeline
     >>> from trainsignals import Event, Kind
     >>> ev = Event(Kind.DIVERGENCE, "critical", 50, 45, "SlopeDivergence", "loss", 1.0, 0.2, "m", "c", "f")
     >>> status_timeline([ev], steps=np.arange(300), loss=np.ones(300), recovery=100)
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._events import Event, Kind
-from ._monitor import Monitor
-from .status import RANK, state_of
+from trainsignals._events import Event, Kind
+from trainsignals._monitor import Monitor
+from trainsignals.status import RANK, state_of
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -217,7 +217,8 @@ class Report:
     @property
     def exit_code(self) -> int:
         """0 healthy (no warning or critical event), 1 warnings only, 2 a critical event,
-        3 the trace could not be read."""
+        3 the trace could not be read.
+        """
         if self.error is not None:
             return EXIT_UNREADABLE
         sev = {e.severity for e in self.events}
@@ -234,7 +235,8 @@ class Report:
     def name(self) -> str:
         """The file name of the source (the whole source for a table); for a log imported from a
         folder (a TensorBoard run, a Lightning ``version_N``) or a file with a generic name
-        (``metrics.csv``, ``trainer_state.json``), the folder name too."""
+        (``metrics.csv``, ``trainer_state.json``), the folder name too.
+        """
         p = Path(self.source)
         if p.name in _GENERIC_NAMES and p.parent.name:
             return f"{p.parent.name}/{p.name}"
@@ -243,7 +245,8 @@ class Report:
     @property
     def unit(self) -> str:
         """What the trace's ``step`` counts: ``"step"``, or ``"epoch"`` for a log imported from an
-        epoch-indexed file without a step column (``metadata["step_unit"]``)."""
+        epoch-indexed file without a step column (``metadata["step_unit"]``).
+        """
         unit = self.metadata.get("step_unit", "step")
         return unit if isinstance(unit, str) and unit else "step"
 
@@ -452,7 +455,7 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
     exactly the events of feeding the trace row by row to :meth:`Monitor.update`.
 
     Args:
-        source: A trace file (read with :func:`trainsignals.traces.read_trace`) or a
+        source: A trace file (read with :func:`trainsignals.io.traces.read_trace`) or a
             ``pyarrow.Table`` in the trace schema.
         monitor: The Monitor to run (its state continues); default a fresh
             ``Monitor(total_steps=<rows in the trace>)``.
@@ -463,12 +466,12 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
         with a note; the ``TraceDamagedWarning`` is re-issued.
 
     Raises:
-        trainsignals.traces.TraceFormatError: the file is not a trace.
+        trainsignals.io.traces.TraceFormatError: the file is not a trace.
         OSError: the file cannot be opened.
     """
     import pyarrow as pa
 
-    from .traces import TraceDamagedWarning, read_trace, trace_metadata, trace_signals
+    from trainsignals.io.traces import TraceDamagedWarning, read_trace, trace_metadata, trace_signals
 
     notes: list[str] = []
     if isinstance(source, pa.Table):
@@ -531,7 +534,8 @@ _SPLIT_DIRS = frozenset({"train", "training", "validation", "valid", "val", "eva
 
 def is_trace(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a trace rather than another tool's log: named ``*.arrow``, or a file
-    that starts like an Arrow stream or file."""
+    that starts like an Arrow stream or file.
+    """
     p = Path(path)
     if p.suffix.lower() == ".arrow":
         return True
@@ -552,7 +556,7 @@ def _checkpoint_number(p: Path) -> int | None:
 
 def _logs_in(folder: Path) -> list[Path]:
     """The runs a folder holds, each once (see :func:`expand_sources`)."""
-    from .importers import _detect
+    from trainsignals.io.importers import _detect
 
     out: list[Path] = []
     tb_dirs: set[Path] = set()
@@ -605,7 +609,7 @@ def _is_event(p: Path) -> bool:
 def expand_sources(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
     """What to replay: traces and other tools' logs, each run once.
 
-    A file stays as given (a trace, or any log :func:`trainsignals.importers.import_run` reads).
+    A file stays as given (a trace, or any log :func:`trainsignals.io.importers.import_run` reads).
     A folder that is one run of another tool (a TensorBoard run folder, a Lightning
     ``version_N`` folder, an HF output folder with ``trainer_state.json``) stays as given;
     any other folder is searched recursively for:
@@ -623,7 +627,7 @@ def expand_sources(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[st
     Raises:
         FileNotFoundError: a path does not exist.
     """
-    from .importers import _detect
+    from trainsignals.io.importers import _detect
 
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
@@ -651,10 +655,10 @@ def expand_sources(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[st
 
 def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None, *, tool: str | None = None,
                   mapping: dict[str, str | None] | None = None, run_index: int = -1) -> Report:
-    """Replay a trace or any log the importers read (:func:`trainsignals.importers.import_run`).
+    """Replay a trace or any log the importers read (:func:`trainsignals.io.importers.import_run`).
 
     A trace is replayed with :func:`replay`. Another tool's log is imported, checked for a
-    signal to replay (:meth:`~trainsignals.importers.ImportedRun.require_signals`), turned into
+    signal to replay (:meth:`~trainsignals.io.importers.ImportedRun.require_signals`), turned into
     a trace in memory and replayed; the importer's notes (how the log was read: the x-axis,
     steps going back, several runs in the file) become the report's notes.
 
@@ -669,8 +673,8 @@ def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None
         The :class:`Report`, with the trace as ``table``.
 
     Raises:
-        trainsignals.traces.TraceFormatError: a ``.arrow`` file that is not a trace.
-        trainsignals.importers.NoSignalError: a log without any signal under the names tried
+        trainsignals.io.traces.TraceFormatError: a ``.arrow`` file that is not a trace.
+        trainsignals.io.importers.NoSignalError: a log without any signal under the names tried
             (the message lists its columns and a mapping to try).
         ValueError, FileNotFoundError, ImportError: the importer's errors.
     """
@@ -683,10 +687,10 @@ def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None
 
 
 def imported_trace_kwargs(run: Any) -> dict[str, Any]:
-    """:func:`trainsignals.traces.write_trace` keywords for an imported run (signals, metadata).
+    """:func:`trainsignals.io.traces.write_trace` keywords for an imported run (signals, metadata).
 
     Raises:
-        trainsignals.importers.NoSignalError: the run has no signal to replay.
+        trainsignals.io.importers.NoSignalError: the run has no signal to replay.
     """
     run.require_signals()
     kwargs = run.scan_kwargs()
@@ -705,8 +709,8 @@ def import_trace(source: str | os.PathLike[str], *, tool: str | None = None,
     """
     import tempfile
 
-    from .importers import import_run
-    from .traces import read_trace, write_trace
+    from trainsignals.io.importers import import_run
+    from trainsignals.io.traces import read_trace, write_trace
 
     run = import_run(source, tool=tool, mapping=mapping, run_index=run_index)
     kwargs = imported_trace_kwargs(run)
@@ -784,7 +788,7 @@ def replay_many(
     results: list[Report | None] = [None] * len(files)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ._console import make_console
+    from trainsignals.io._console import make_console
 
     bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=make_console(stderr=True), disable=not progress or not files, transient=True)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .report import Report, _measured, replay, replay_source
+from trainsignals.io.report import Report, _measured, replay, replay_source
+from trainsignals.signals import SCALAR_SIGNALS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,7 +41,7 @@ _MAX_COLUMNS = 800  # heatmap columns at most (steps are averaged in buckets)
 
 def _layer_matrix(table: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
     """Per-layer grad norms: (steps, matrix (n, layers), layer names) of the rows that have them."""
-    from .traces import trace_signals
+    from trainsignals.io.traces import trace_signals
 
     layers = trace_signals(table).get("layer_grad_norms")
     if layers is None:
@@ -181,8 +182,8 @@ def _as_report(obj: str | os.PathLike[str] | pa.Table | Report) -> Report:
             raise ValueError(f"cannot plot {obj.source}: {obj.error}")
         import warnings
 
-        from .report import import_trace, is_trace
-        from .traces import read_trace
+        from trainsignals.io.report import import_trace, is_trace
+        from trainsignals.io.traces import read_trace
 
         if is_trace(obj.source):
             with warnings.catch_warnings():
@@ -210,8 +211,8 @@ def plot_run(source: str | os.PathLike[str] | pa.Table | Report,
 
     Args:
         source: A trace path or table, or a log path any importer reads (replayed with the
-            default Monitor first; see :func:`~trainsignals.report.replay_source`), or a
-            :class:`~trainsignals.report.Report` (its events and timeline are used; its trace
+            default Monitor first; see :func:`~trainsignals.io.report.replay_source`), or a
+            :class:`~trainsignals.io.report.Report` (its events and timeline are used; its trace
             is re-read from ``source`` when the report carries no table).
         output: Save a PNG there when given.
         dpi: Resolution of the saved PNG.
@@ -231,7 +232,7 @@ def plot_run(source: str | os.PathLike[str] | pa.Table | Report,
     if table.num_rows == 0:
         raise ValueError(f"cannot plot {report.source}: the trace has no steps")
     steps = table.column("step").to_numpy()
-    has = {n: _signal(table, n) is not None for n in ("loss", "grad_norm", "lr", "update_ratio", "val_loss")}
+    has = {n: _signal(table, n) is not None for n in SCALAR_SIGNALS}
     layers = _layer_matrix(table)
     rows: list[tuple[str, float]] = [("main", 3.0)]
     if has["lr"]:

@@ -1,4 +1,4 @@
-"""Read other tools' training logs and replay them through the detectors.
+r"""Read other tools' training logs and replay them through the detectors.
 
 Each importer returns an :class:`ImportedRun`: the sorted unique ``steps``, our ``signals``
 (``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss``) and every other numeric column
@@ -96,13 +96,13 @@ kept in ``extra`` when numeric; a column with a non-numeric value is skipped and
 
 Example:
     >>> import json, os, tempfile
-    >>> from trainsignals.importers import import_run
+    >>> from trainsignals.io.importers import import_run
     >>> d = tempfile.mkdtemp()
     >>> p = os.path.join(d, "log.jsonl")
     >>> with open(p, "w") as f:
     ...     for row in [{"step": 0, "loss": 2.0, "lr": 0.1}, {"step": 1, "loss": float("nan")},
     ...                 {"step": 2, "val_loss": 1.5, "tokens": 4096}]:
-    ...         _ = f.write(json.dumps(row) + "\\n")
+    ...         _ = f.write(json.dumps(row) + "\n")
     >>> run = import_run(p)
     >>> run.tool, run.steps.tolist(), sorted(run.signals), sorted(run.extra)
     ('jsonl', [0, 1, 2], ['loss', 'lr', 'val_loss'], ['tokens'])
@@ -128,6 +128,9 @@ from typing import Any
 
 import numpy as np
 
+from trainsignals.signals import DENSE_SIGNALS as _DENSE
+from trainsignals.signals import SCALAR_SIGNALS
+
 __all__ = [
     "DEFAULT_MAPPINGS",
     "DENSE_SIGNALS",
@@ -146,9 +149,9 @@ __all__ = [
     "suggest_mapping",
 ]
 
-SIGNALS: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio", "val_loss")
+SIGNALS: tuple[str, ...] = SCALAR_SIGNALS
 """Our signal names an importer can fill."""
-DENSE_SIGNALS: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio")
+DENSE_SIGNALS: tuple[str, ...] = _DENSE
 """Signals :meth:`ImportedRun.scan_kwargs` passes aligned with ``step`` (``val_loss`` is a pair)."""
 TOOLS: tuple[str, ...] = ("hf-trainer", "lightning-csv", "csv", "jsonl", "tensorboard")
 """Values of :attr:`ImportedRun.tool` and of ``import_run(tool=...)``."""
@@ -217,7 +220,8 @@ class _NotNumber(Exception):
 
 class NoSignalError(ValueError):
     """An imported log holds none of our signals under the names tried (see
-    :meth:`ImportedRun.require_signals`); the message says which columns it has and how to map one."""
+    :meth:`ImportedRun.require_signals`); the message says which columns it has and how to map one.
+    """
 
 
 _NOT_LOSS_PREFIXES = ("val", "eval", "test", "valid")
@@ -308,7 +312,8 @@ class ImportedRun:
     def notes(self) -> list[str]:
         """What a person should know about how the log was read (``metadata["notes"]``): the
         x-axis used when there is no step column, steps that go back, several runs in one file,
-        no signal found. Empty when nothing unusual happened."""
+        no signal found. Empty when nothing unusual happened.
+        """
         return list(self.metadata.get("notes", []))
 
     def measured_signals(self) -> list[str]:
@@ -509,7 +514,8 @@ def _epoch_column(source: str, columns: dict[str, list[tuple[int, Any]]], n_rows
 def _split_runs(row_steps: np.ndarray) -> tuple[list[int], list[int]]:
     """Rows where a new run starts (the step goes back to or below the first step of the run so
     far, which logged two steps or more) and rows where the step goes back less far (a resume from
-    a checkpoint, a second writer, rows out of order)."""
+    a checkpoint, a second writer, rows out of order).
+    """
     starts = [0]
     resumes: list[int] = []
     for i in (np.flatnonzero(row_steps[1:] < row_steps[:-1]) + 1).tolist():
@@ -663,7 +669,8 @@ _BARE_NONFINITE = re.compile(r"(?<=[:,\[])(\s*)([-+]?)(nan|inf|infinity)(?=\s*[,
 
 def _json_loads(text: str) -> Any:
     """``json.loads``, and on failure once more with bare ``nan`` / ``inf`` / ``-inf`` values
-    (any case; written by hand-rolled loggers, not valid JSON) read as NaN / Infinity."""
+    (any case; written by hand-rolled loggers, not valid JSON) read as NaN / Infinity.
+    """
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -854,6 +861,8 @@ def import_jsonl(path: str | os.PathLike[str], mapping: Mapping[str, str | None]
         mapping: Overrides, e.g. ``{"loss": "my_loss", "lr": None}``.
         step_column: The step key; None uses the line order. A name other than ``"step"`` must
             exist.
+        run_index: Which run to read when the file holds several (its steps go back to the
+            start): 0 the first, -1 (the default) the last.
 
     Returns:
         The run.
@@ -955,6 +964,8 @@ def import_csv(path: str | os.PathLike[str], mapping: Mapping[str, str | None] |
             a signal out.
         step_column: The step column; None uses the row order. A name other than ``"step"``
             must exist.
+        run_index: Which run to read when the file holds several (its steps go back to the
+            start): 0 the first, -1 (the default) the last.
 
     Returns:
         The run; ``metadata["columns"]`` is the header.
@@ -999,6 +1010,8 @@ def import_lightning_csv(path: str | os.PathLike[str],
     Args:
         path: The ``metrics.csv`` file, or a ``version_N`` directory containing it.
         mapping: Overrides, e.g. ``{"loss": "my_train_loss", "lr": "lr-AdamW/pg2"}``.
+        run_index: Which run to read when the file holds several (its steps go back to the
+            start): 0 the first, -1 (the default) the last.
 
     Returns:
         The run.
@@ -1150,7 +1163,8 @@ _LIGHTNING_HINTS = ("lr-*", "grad_2.0_norm*")
 
 def _looks_lightning(header: Sequence[str], name: str) -> bool:
     """A ``step`` column and LearningRateMonitor / grad_norm columns, an ``X_step`` / ``X_epoch``
-    pair (``self.log(..., on_step=True, on_epoch=True)``), or ``epoch`` in a ``metrics.csv``."""
+    pair (``self.log(..., on_step=True, on_epoch=True)``), or ``epoch`` in a ``metrics.csv``.
+    """
     cols = {h.strip() for h in header}
     if "step" not in cols:
         return False
@@ -1171,7 +1185,8 @@ def _csv_header(p: Path) -> list[str]:
 
 def _sniff(p: Path) -> str | None:
     """A file not named like any format: CSV with a header (Keras ``CSVLogger`` writes
-    ``training.log``), or JSON Lines, told from its first lines; None when it is neither."""
+    ``training.log``), or JSON Lines, told from its first lines; None when it is neither.
+    """
     try:
         with p.open("rb") as f:
             head = f.read(65536)
@@ -1283,6 +1298,8 @@ def import_run(path: str | os.PathLike[str], tool: str | None = None,
         tool: One of ``"hf-trainer"``, ``"lightning-csv"``, ``"csv"``, ``"jsonl"``,
             ``"tensorboard"``; None detects it.
         mapping: Signal -> source name overrides, passed to the importer.
+        run_index: Which run to read when the file holds several (its steps go back to the
+            start): 0 the first, -1 (the default) the last.
 
     Returns:
         The run.

@@ -2,7 +2,7 @@
 
 Each baseline re-implements the *documented* semantics of a tool people already use to
 guard a training run, and streams through a labeled curve one value at a time, in order,
-as the tool would see it during training. The bench (:mod:`trainsignals.bench`) scores
+as the tool would see it during training. The bench (:mod:`trainsignals.eval.bench`) scores
 them on the same labeled suites as trainsignals' own detectors.
 
 A baseline has a ``name``, ``reset()`` and ``run(curve) -> list[Alarm]``. ``run`` accepts

@@ -7,14 +7,14 @@ import sys
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from trainsignals.cli.demo import run_demo
 
     return run_demo(seed=args.seed, per_kind=args.per_kind,
                     output="json" if args.json else "markdown" if args.markdown else "table")
 
 
 def _playground(args: argparse.Namespace) -> int:
-    from .playground import run_playground
+    from trainsignals.cli.playground import run_playground
 
     if args.steps < 1:
         raise SystemExit("--steps must be >= 1")
@@ -24,7 +24,7 @@ def _playground(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from . import bench
+    from trainsignals.eval import bench
 
     return int(bench.run_from_args(args))
 
@@ -34,20 +34,21 @@ def _datasets(args: argparse.Namespace) -> int:
     if args.out:
         argv += ["--out", args.out]
     if getattr(args, "suite", "synthetic") == "real":
-        from . import real_runs
+        from trainsignals.curves import real_runs
 
         return int(real_runs.main([*argv, "--jobs", str(args.jobs)]) or 0)
-    from . import curves
+    from trainsignals import curves
 
     return int(curves.main(argv) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``trainsignals`` command's parser, every subcommand on it."""
     p = argparse.ArgumentParser(
         prog="trainsignals",
         description="Watch a training run's vital signs and say early, with reasons, what goes wrong.",
     )
-    from . import __version__
+    from trainsignals import __version__
 
     p.add_argument("--version", action="version", version=f"trainsignals {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_playground)
 
     b = sub.add_parser("bench", help="score the detectors and the baselines on a labeled suite")
-    from . import bench
+    from trainsignals.eval import bench
 
     bench.add_arguments(b)
     b.set_defaults(func=_bench)
@@ -80,13 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=2, help="worker processes for --suite real (default 2)")
     s.set_defaults(func=_datasets)
 
-    from .trace_cli import add_trace_commands
+    from trainsignals.cli.traces import add_trace_commands
 
     add_trace_commands(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``trainsignals`` command; returns its exit status."""
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from ._monitor import Monitor
+from trainsignals._monitor import Monitor
 
 _COLUMNS = ("curve", "label (onset)", "found", "noticed at (delay)", "status", "why, and the first fix")
 
@@ -24,7 +24,7 @@ def demo_rows(seed: int = 0, per_kind: int = 1) -> tuple[list[dict[str, Any]], d
         the event shown, ``status``, ``why`` and ``fix``; totals ``hits``, ``faulty``,
         ``quiet``, ``healthy`` and ``seconds``.
     """
-    from .curves import KINDS, generate
+    from trainsignals.curves import KINDS, generate
 
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -90,7 +90,7 @@ def run_demo(seed: int = 0, per_kind: int = 1, output: str = "table") -> int:
     """
     from rich.table import Table
 
-    from ._console import make_console
+    from trainsignals.io._console import make_console
 
     rows, totals = demo_rows(seed, per_kind)
     if output == "json":
