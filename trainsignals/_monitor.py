@@ -27,7 +27,7 @@ __all__ = ["Monitor", "STATUSES", "scan"]
 
 _NAN = float("nan")
 #: what a detector receives for an optional input not given at a step
-_ABSENT: dict[str, Any] = {name: (_NAN if sig.form == "scalar" else None) for name, sig in SIGNALS.items()}
+_ABSENT_TAIL = (_NAN, None)  # an absent optional input: nan for a scalar, None for other forms
 _VECTOR_NAMES = frozenset(name for name, sig in SIGNALS.items() if sig.form != "scalar")
 
 
@@ -199,23 +199,27 @@ class Monitor:
         # the streaming path's plan: each detector's bound per-step entry and how to pick its inputs
         self._entries = [(det.feed, tuple(i.name for i in det.inputs),
                           tuple(i.name for i in det.inputs if i.required)) for det in self._suite.values()]
-        self._plans: dict[tuple[str, ...], list[tuple[Any, Any, str | None]]] = {}
+        self._plans: dict[tuple[str, ...], list[tuple[Any, Any, int]]] = {}
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
-    def _plan_for(self, given: tuple[str, ...]) -> list[tuple[Any, Any, str | None]]:
+    def _plan_for(self, given: tuple[str, ...]) -> list[tuple[Any, Any, int]]:
         """The calls for one combination of given signals (cached: runs feed few combinations).
 
         A detector runs when every required input is given (one without required inputs: when
-        any input is given); each call is ``(feed, getter, single)``: ``feed(full[single], step)``
-        for one input, else ``feed(*getter(full), step)``.
+        any input is given). The step's values come as a row: the given signals in ``given``'s
+        order, then ``nan`` and ``None`` (what an absent optional scalar, or other input, is).
+        Each call is ``(feed, getter, single)``: ``feed(row[single], step)`` for one input, else
+        ``feed(*getter(row), step)``.
         """
         have = set(given)
+        pos = {name: i for i, name in enumerate(given)}
         plan = []
         for feed, names, required in self._entries:
             if (required and not have.issuperset(required)) or (not required and not have.intersection(names)):
                 continue
-            plan.append((feed, itemgetter(*names), names[0] if len(names) == 1 else None))
+            idx = [pos.get(n, len(given) + (SIGNALS[n].form != "scalar")) for n in names]
+            plan.append((feed, itemgetter(*idx), idx[0] if len(idx) == 1 else -1))
         if len(self._plans) < 256:
             self._plans[given] = plan
         return plan
@@ -373,11 +377,11 @@ class Monitor:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan_for(key)
-        full = dict(_ABSENT)
-        full.update(vals)
+        row = list(vals.values())
+        row += _ABSENT_TAIL
         out: list[Event] = []
         for feed, getter, single in plan:  # only the detectors this step's signals reach
-            ev = feed(full[single], s) if single is not None else feed(*getter(full), s)
+            ev = feed(row[single], s) if single >= 0 else feed(*getter(row), s)
             if ev is not None:
                 if type(ev) is list:
                     out.extend(ev)

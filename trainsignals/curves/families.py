@@ -226,7 +226,7 @@ def _n_dead_targets(family: str, arch: Mapping[str, Any]) -> int:
 HELDOUT_OVERSAMPLE: dict[str, float] = {"oscillation": 1.5, "silent_collapse": 1.5}
 
 
-def plan_heldout(seed: int = 1000, per_kind: int = 4, n_healthy: int = 32) -> list[Any]:
+def plan_heldout(seed: int = 1000, per_kind: int = 7, n_healthy: int = 40) -> list[Any]:
     """The held-out runs: ``per_kind`` runs per fault kind (times :data:`HELDOUT_OVERSAMPLE`),
     families rotating within a kind, then ``n_healthy`` healthy runs over every family.
     """

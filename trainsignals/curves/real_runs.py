@@ -1386,8 +1386,8 @@ def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_ki
         out: Output folder (default: ``datasets/real``).
         seed: Suite seed.
         jobs: Worker processes.
-        per_kind: Runs planned per fault kind (default 16; 6 for the held-out suite).
-        n_healthy: Healthy runs planned (default 128; 48 for the held-out suite).
+        per_kind: Runs planned per fault kind (default 16; 7 for the held-out suite).
+        n_healthy: Healthy runs planned (default 128; 40 for the held-out suite).
         specs: The runs, instead of :func:`plan_suite`'s.
         progress: Called as ``progress(done, total, result)`` after each run.
         heldout: Plan the held-out suite instead (:func:`trainsignals.curves.families.plan_heldout`:
@@ -1400,8 +1400,8 @@ def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_ki
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
     out = default_directory(heldout) if out is None else Path(out)
-    per_kind = (4 if heldout else 16) if per_kind is None else per_kind
-    n_healthy = (32 if heldout else 128) if n_healthy is None else n_healthy
+    per_kind = (7 if heldout else 16) if per_kind is None else per_kind
+    n_healthy = (40 if heldout else 128) if n_healthy is None else n_healthy
     if specs is not None:
         plan = list(specs)
     elif heldout:
@@ -1464,15 +1464,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--seed", type=int, default=0, help="suite seed (default: 0)")
     b.add_argument("--jobs", type=int, default=2, help="worker processes (default: 2)")
     b.add_argument("--per-kind", type=int, default=None,
-                   help="runs planned per fault kind (default: 16; 4 with --heldout)")
-    b.add_argument("--healthy", type=int, default=None, help="healthy runs planned (default: 128; 32 with --heldout)")
+                   help="runs planned per fault kind (default: 16; 7 with --heldout)")
+    b.add_argument("--healthy", type=int, default=None, help="healthy runs planned (default: 128; 40 with --heldout)")
     b.add_argument("--heldout", action="store_true",
                    help="build the held-out suite (families never tuned on; default folder datasets/real_heldout)")
     args = parser.parse_args(argv)
     if args.per_kind is None:
-        args.per_kind = 4 if args.heldout else 16
+        args.per_kind = 7 if args.heldout else 16
     if args.healthy is None:
-        args.healthy = 32 if args.heldout else 128
+        args.healthy = 40 if args.heldout else 128
     t0 = time.perf_counter()
 
     def progress(done: int, total: int, result: dict[str, Any]) -> None:
