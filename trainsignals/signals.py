@@ -266,20 +266,48 @@ def as_steps(name: str, steps: Any, n: int | None = None) -> np.ndarray:
 
 
 def dense_values(name: str, v: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """A dense scalar column as float64 with NaN in its gaps, and the measured mask (None: no gaps)."""
-    if isinstance(v, np.ma.MaskedArray):
-        mask = ~np.ma.getmaskarray(v).reshape(-1)
-        arr = _as_1d(name, np.ma.getdata(v)).copy()
-        arr[~mask] = np.nan
-        return arr, (None if mask.all() else mask)
-    if type(v).__module__.split(".")[0] == "pyarrow" and hasattr(v, "null_count"):
-        if v.null_count:
-            import pyarrow.compute as pc
+    """A 1-D column as float64 with NaN in its gaps, and the measured mask (None: no gaps).
 
-            mask = np.asarray(pc.is_valid(v), dtype=bool)
-            return _as_1d(name, pc.fill_null(v.cast("float64"), float("nan")).to_numpy()), mask
-        return _as_1d(name, v.to_numpy()), None
-    return _as_1d(name, v), None
+    Gaps (not measured) are masked entries of a NumPy masked array, nulls of a pyarrow or
+    polars array and ``None`` entries of a list; NaN is a measured non-finite value. Lists,
+    NumPy arrays, pandas and polars columns and pyarrow arrays are accepted.
+
+    Raises:
+        TypeError: values that are not real numbers (named).
+        ValueError: not 1-D.
+    """
+    mod = type(v).__module__.split(".")[0]
+    try:
+        if isinstance(v, np.ma.MaskedArray):
+            mask = ~np.ma.getmaskarray(v).reshape(-1)
+            arr = _as_1d(name, np.ma.getdata(v)).copy()
+            arr[~mask] = np.nan
+            return arr, (None if mask.all() else mask)
+        if mod == "polars" and hasattr(v, "to_arrow"):
+            v, mod = v.to_arrow(), "pyarrow"
+        elif mod == "pandas":  # pandas' own missing markers (pd.NA, None) are gaps; NaN stays a value
+            import pyarrow as pa
+
+            v, mod = pa.array(v, from_pandas=False), "pyarrow"
+        if mod == "pyarrow" and hasattr(v, "null_count"):
+            import pyarrow as pa
+
+            arr = v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
+            floats = arr.cast(pa.float64())
+            if arr.null_count:
+                mask = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                filled = floats.fill_null(float("nan"))
+                return _as_1d(name, filled.to_numpy(zero_copy_only=False)), mask
+            return _as_1d(name, floats.to_numpy(zero_copy_only=False)), None
+        if isinstance(v, (list, tuple)) and any(x is None for x in v):
+            mask = np.array([x is not None for x in v], dtype=bool)
+            return _as_1d(name, [math.nan if x is None else x for x in v]), mask
+        return _as_1d(name, np.asarray(v)), None
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ValueError) and "1-D" in str(exc):
+            raise
+        raise TypeError(f"{name} must be a 1-D array of real numbers (None, masked or null entries for "
+                        f"gaps): {exc}") from exc
 
 
 def _layer_matrix(name: str, value: Any, known: tuple[str, ...] | None) -> tuple[np.ndarray, tuple[str, ...]]:

@@ -58,7 +58,7 @@ from trainsignals._events import SEVERITIES, Event, Kind
 from trainsignals._validate import check_range, to_float, to_step
 from trainsignals.detectors.layer_cliff import as_named_vector
 from trainsignals.signals import DENSE_SIGNALS as _DENSE
-from trainsignals.signals import SCALAR_SIGNALS
+from trainsignals.signals import SCALAR_SIGNALS, dense_values
 
 __all__ = [
     "TRACE_SCHEMA_VERSION",
@@ -293,38 +293,10 @@ def _is_arrow(x: Any) -> bool:
 
 
 def _column_input(name: str, value: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """A 1-D column as float64 values and a measured mask (None: every entry measured).
-
-    Gaps (not measured) are masked entries of a NumPy masked array, nulls of a pyarrow array
-    and ``None`` entries of a list; NaN is a measured non-finite value.
+    """A 1-D column as float64 values and a measured mask (None: every entry measured), by
+    :func:`trainsignals.signals.dense_values` (the one coercion of the Monitor and the traces).
     """
-    try:
-        if isinstance(value, np.ma.MaskedArray):
-            vals = np.asarray(np.ma.getdata(value), dtype=np.float64).reshape(-1)
-            valid = ~np.ma.getmaskarray(value).reshape(-1)
-            return vals, (None if valid.all() else valid)
-        mod = type(value).__module__.split(".")[0]
-        if mod == "polars" and hasattr(value, "to_arrow"):
-            value = value.to_arrow()
-        elif mod == "pandas":
-            value = pa.array(value, from_pandas=False)
-        if _is_arrow(value):
-            arr = value.combine_chunks() if isinstance(value, pa.ChunkedArray) else value
-            if arr.null_count:
-                valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-                filled = arr.cast(pa.float64()).fill_null(0.0)
-                return np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.float64), valid
-            return np.asarray(arr.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64), None
-        if isinstance(value, (list, tuple)) and any(v is None for v in value):
-            valid = np.array([v is not None for v in value], dtype=bool)
-            vals = np.array([0.0 if v is None else v for v in value], dtype=np.float64)
-            return vals, valid
-        vals = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError, pa.ArrowException) as exc:
-        raise TypeError(f"{name} must be a 1-D array of real numbers (None/masked/null for gaps): {exc}") from exc
-    if vals.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {vals.shape}")
-    return vals, None
+    return dense_values(name, value)
 
 
 def _steps_input(name: str, value: Any) -> np.ndarray:
