@@ -145,3 +145,16 @@ def test_bench_resolves_the_heldout_suite_and_tables_it_by_family(committed: lis
     assert fams == ["mse", "tabular"] and header[0] == "curves"
     assert all(cells[0] == "1" for label, cells in rows if label in fams)
     assert "| mse |" in result.family_markdown()
+
+
+def test_a_committed_heldout_run_retrains_to_its_stored_values(committed: list[Any], torch: Any) -> None:
+    from trainsignals.curves.real_runs import RunSpec, _map
+
+    manifest = json.loads((default_directory(heldout=True) / "manifest.json").read_text())
+    entry = min((e for e in manifest["curves"] if e["family"] == "tabular" and e["intended_kind"] != "healthy"),
+                key=lambda e: e["config"]["steps"])
+    cfg = dict(entry["config"], augment=tuple(entry["config"]["augment"]))
+    again = _map([RunSpec(**cfg)], 1, None)[0]     # a fresh worker with the pinned kernels, as the build trains
+    stored = next(c for c in committed if c.name == entry["name"])
+    assert again["curve"] is not None and again["curve"].name == stored.name and same(again["curve"], stored)
+    assert again["entry"]["twin"] == entry["twin"]

@@ -133,9 +133,16 @@ its run). To reproduce a run in your own process, set :data:`CPU_KERNELS` in the
 before importing torch (not in a process that also uses ``torch.compile``: with
 ``ATEN_CPU_CAPABILITY=default`` inductor's generated C++ failed to compile here).
 
+**Held-out suite**: ``build --heldout`` trains the families of :data:`HELDOUT_FAMILIES`
+(:mod:`trainsignals.curves.families`: recurrent and transformer character LMs, deep ReLU/tanh MLPs,
+tabular classification, MSE autoencoders and regressions) into ``datasets/real_heldout``, each
+faulty run's label also checked against a counterfactual twin continued from the onset without
+the fault; no detector threshold is ever chosen on that suite.
+
 Command::
 
     python -m trainsignals.curves.real_runs build --seed 0 [--out DIR] [--jobs 2]
+    python -m trainsignals.curves.real_runs build --heldout --seed 1000 --jobs 2 --out datasets/real_heldout
 
 ``import trainsignals`` never imports torch; this module imports it inside the functions that
 train (and needs scikit-learn for the digits).
