@@ -8,6 +8,7 @@ from .layer_cliff import LayerGradCliff
 from .layer_ratio import LayerUpdateRatio
 from .loss_grad_coupling import LossGradCoupling
 from .oscillation import Oscillation
+from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite, UpdateRatioBand
 from .slope_divergence import SlopeDivergence
 from .train_val_gap import TrainValGap
@@ -26,6 +27,7 @@ __all__ = [
     "LossGradCoupling",
     "NonFinite",
     "Oscillation",
+    "RankOutliers",
     "SlopeDivergence",
     "TrainValGap",
     "UpdateRatioBand",
