@@ -104,8 +104,7 @@ import torch.distributed as dist
 from torch import nn
 
 import trainsignals as ts
-from trainsignals._events import Kind, make_event
-from trainsignals._validate import check_range
+from trainsignals import Kind, check_range, make_event
 from trainsignals.adapters.torch import TorchWatcher
 from trainsignals.detectors.rank_outliers import RankOutliers
 

@@ -52,7 +52,7 @@ from typing import Any
 import keras
 
 import trainsignals as ts
-from trainsignals._events import TrainingFailure, check_kinds
+from trainsignals import TrainingFailure, check_kinds
 
 __all__ = ["GradStatsMixin", "TrainSignalsCallback", "TrainingFailure", "with_grad_stats"]
 

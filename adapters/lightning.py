@@ -88,7 +88,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 import trainsignals as ts
-from trainsignals._events import TrainingFailure, check_kinds
+from trainsignals import TrainingFailure, check_kinds
 from trainsignals.adapters.torch import TorchWatcher
 from trainsignals.signals import DENSE_SIGNALS
 

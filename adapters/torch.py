@@ -112,7 +112,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 import trainsignals as ts
-from trainsignals._events import Kind, TrainingFailure, check_kinds, make_event
+from trainsignals import Kind, TrainingFailure, check_kinds, make_event
 
 __all__ = ["TorchWatcher", "TrainingFailure"]
 

@@ -51,6 +51,7 @@ __all__ = [
     "GuardedEWMASpike",
     "Input",
     "SIGNALS",
+    "check_kinds",
     "check_range",
     "default_suite",
     "make_event",
