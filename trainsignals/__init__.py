@@ -13,7 +13,8 @@ from ._events import (  # noqa: E402
     Event,
     Kind,
     TrainingFailure,
-    make_event,  # noqa: E402
+    check_kinds,
+    make_event,
 )
 from ._layers import LayerValues  # noqa: E402
 from ._monitor import STATUSES, Monitor, scan  # noqa: E402
@@ -33,6 +34,7 @@ from .detectors import (  # noqa: E402
     LRAnomaly,
     NonFinite,
     Oscillation,
+    RankOutliers,
     SlopeDivergence,
     TrainValGap,
     UpdateRatioBand,
@@ -64,6 +66,7 @@ __all__ = [
     "Monitor",
     "NonFinite",
     "Oscillation",
+    "RankOutliers",
     "Recorder",
     "STATUSES",
     "SlopeDivergence",
