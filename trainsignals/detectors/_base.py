@@ -37,8 +37,8 @@ from ..signals import SIGNALS, Column, LayerStats, activations, as_steps, column
 
 __all__ = ["Detector", "DetectorProtocol", "Input"]
 
-#: per input declaration: (name, is a scalar, must be >= 0), looked up once
-_SPECS: dict[tuple[Input, ...], tuple[tuple[str, bool, bool], ...]] = {}
+#: per input declaration (by identity, kept alive here): (name, is a scalar, must be >= 0) of each input
+_SPECS: dict[int, tuple[tuple[Input, ...], tuple[tuple[str, bool, bool], ...]]] = {}
 _MIN_BLOCK = 2048
 _MAX_BLOCK = 1 << 15
 
@@ -233,10 +233,18 @@ class Detector:
             TypeError: an unknown or missing input, or a value that is not a number (named).
             ValueError: an impossible value (a negative grad norm, ...) or a decreasing step.
         """
-        spec = _SPECS.get(self.inputs)
-        if spec is None:
-            spec = _SPECS[self.inputs] = tuple(
-                (i.name, SIGNALS[i.name].form == "scalar", SIGNALS[i.name].nonneg) for i in self.inputs)
+        ins = self.inputs
+        entry = _SPECS.get(id(ins))
+        if entry is None or entry[0] is not ins:
+            entry = _SPECS[id(ins)] = (ins, tuple(
+                (i.name, SIGNALS[i.name].form == "scalar", SIGNALS[i.name].nonneg) for i in ins))
+        spec = entry[1]
+        if len(spec) == 1 and step is None and len(signals) == 1:  # one float, the next step: most calls
+            name, is_scalar, nonneg = spec[0]
+            v = signals.get(name)
+            if is_scalar and type(v) is float and (v >= 0.0 or not nonneg):
+                got = self._step(v, self._last_step + 1)
+                return [] if got is None else got if type(got) is list else [got]  # type: ignore[list-item]
         values = []
         given = 0
         for name, is_scalar, nonneg in spec:
