@@ -194,6 +194,8 @@ def bench_tables() -> dict:
         md = result.to_markdown()
         unmet = result.check_targets()
         md += "\n" + ("Targets: all met." if not unmet else "Targets unmet: " + "; ".join(unmet)) + "\n"
+        md += ("\nAlarms on the healthy runs, by detector (`trainsignals bench --suite " + suite
+               + " --rules`):\n\n" + bench.rules_markdown(bench.rule_rates(suite)))
         (GENERATED / f"bench-{suite}.md").write_text(
             f"<!-- made by docs/make_figures.py from `trainsignals bench --suite {suite} --markdown` -->\n\n" + md)
         print(f"docs/generated/bench-{suite}.md")

@@ -418,3 +418,24 @@ def test_real_monitor_on_two_generated_curves() -> None:
     s = score(monitor, curves, name="trainsignals")
     assert len(s.curves) == 2 and s.steps == sum(len(c.steps) for c in curves)
     json.dumps(s.to_dict(per_curve=True))
+
+
+def test_rule_rates_count_each_detectors_alarms_on_healthy_runs_only():
+    import dataclasses
+
+    from trainsignals.curves import generate
+    from trainsignals.eval.bench import rule_rates, rules_markdown
+
+    healthy = [generate("healthy", seed=s) for s in range(2)]
+    loss = healthy[0].loss.copy()
+    loss[len(loss) // 2] = np.nan                      # one non-finite value on a healthy run
+    spoiled = dataclasses.replace(healthy[0], loss=loss)
+    faulty = generate("divergence", seed=0, difficulty="easy")   # not healthy: never counted
+    quiet = rule_rates(curves=healthy)
+    rates = rule_rates(curves=[spoiled, healthy[1], faulty])
+    steps = sum(len(c.steps) for c in healthy)
+    nonfinite = [r for r in rates if r.detector == "NonFinite"]
+    assert [(r.kind, r.alarms, r.runs, r.steps) for r in nonfinite] == [("nonfinite", 1, 1, steps)]
+    assert nonfinite[0].per_10k == 1e4 / steps
+    assert not [r for r in quiet if r.detector == "NonFinite"]
+    assert "NonFinite" in rules_markdown(rates, n_healthy=2)

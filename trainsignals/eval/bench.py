@@ -53,6 +53,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,9 @@ __all__ = [
     "check_targets",
     "default_window",
     "events_to_alarms",
+    "RuleRate",
+    "rule_rates",
+    "rules_markdown",
     "judge",
     "main",
     "run_bench",
@@ -975,6 +979,74 @@ def run_bench(
     return BenchResult(suite=suite, n_curves=len(curves), scores=scores, main=main)
 
 
+@dataclass(frozen=True)
+class RuleRate:
+    """How often one detector of the default suite alarms on healthy runs.
+
+    Attributes:
+        detector: The detector (the ``detector`` field of its events).
+        kind: The kind of its alarms.
+        alarms: Warning and critical events it raised on the healthy curves.
+        runs: Healthy curves on which it raised at least one.
+        steps: Healthy steps seen (all detectors see the same curves).
+    """
+
+    detector: str
+    kind: str
+    alarms: int
+    runs: int
+    steps: int
+
+    @property
+    def per_10k(self) -> float:
+        """Alarms per 10,000 healthy steps."""
+        return 1e4 * self.alarms / self.steps if self.steps else 0.0
+
+
+def rule_rates(suite: str | Path = "synthetic", curves: Sequence[Any] | None = None) -> list[RuleRate]:
+    """Alarms of each detector of the default Monitor on a suite's healthy curves, worst first.
+
+    The false-alarm side of calibration: every event of warning or critical severity on a
+    healthy run counts against the detector that raised it (until the multi-rule detectors are
+    split, a detector stands for its rules together).
+
+    Example:
+        >>> from trainsignals.curves import generate
+        >>> rates = rule_rates(curves=[generate("healthy", seed=s) for s in range(3)])
+        >>> all(r.steps > 0 for r in rates)
+        True
+    """
+    from trainsignals import Monitor
+
+    healthy = [c for c in (_load_suite(str(suite)) if curves is None else curves) if c.kind == "healthy"]
+    steps = int(sum(len(c.steps) for c in healthy))
+    counts: dict[tuple[str, str], list[int]] = {}
+    for c in healthy:
+        seen: set[tuple[str, str]] = set()
+        for e in Monitor(total_steps=c.total_steps).scan(**c.signals()):
+            if e.severity not in ALARM_SEVERITIES:
+                continue
+            key = (e.detector, e.kind.value)
+            counts.setdefault(key, [0, 0])[0] += 1
+            seen.add(key)
+        for key in seen:
+            counts[key][1] += 1
+    rows = [RuleRate(d, k, a, r, steps) for (d, k), (a, r) in counts.items()]
+    return sorted(rows, key=lambda r: (-r.alarms, r.detector, r.kind))
+
+
+def rules_markdown(rates: Sequence[RuleRate], n_healthy: int | None = None) -> str:
+    """The rule rates as a Markdown table."""
+    lines = ["| detector | kind | alarms | healthy runs alarmed | per 10,000 healthy steps |",
+             "|---|---|---:|---:|---:|"]
+    for r in rates:
+        lines.append(f"| {r.detector} | `{r.kind}` | {r.alarms} | {r.runs}"
+                     + (f" / {n_healthy}" if n_healthy else "") + f" | {r.per_10k:.2f} |")
+    if not rates:
+        lines.append("| (none) | | 0 | 0 | 0 |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -995,6 +1067,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-baselines", action="store_true", help="score the Monitor only")
     parser.add_argument("--per-curve", action="store_true", help="with --json, include every curve's verdict")
+    parser.add_argument("--rules", action="store_true",
+                        help="also print each detector's alarms per 10,000 healthy steps")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -1010,11 +1084,23 @@ def run_from_args(args: argparse.Namespace) -> int:
         sys.stdout.write(result.to_markdown())
         if getattr(args, "by_family", False):
             sys.stdout.write("\n" + result.family_markdown())
+        if getattr(args, "rules", False):
+            sys.stdout.write("\n" + rules_markdown(rule_rates(args.suite)))
     else:
         console = make_console()
         console.print(result.table())
         if getattr(args, "by_family", False):
             console.print(result.family_table())
+        if getattr(args, "rules", False):
+            from rich.table import Table
+
+            rates = rule_rates(args.suite)
+            table = Table(title="alarms on healthy runs, by detector")
+            for col in ("detector", "kind", "alarms", "healthy runs alarmed", "per 10,000 healthy steps"):
+                table.add_column(col, justify="left" if col in ("detector", "kind") else "right")
+            for r in rates:
+                table.add_row(r.detector, r.kind, str(r.alarms), str(r.runs), f"{r.per_10k:.2f}")
+            console.print(table)
         if args.check or unmet:
             if unmet:
                 console.print(f"[bold red]{len(unmet)} target(s) unmet:[/]")
