@@ -6,8 +6,6 @@ in ``trainsignals.adapters.<framework>`` and import their framework themselves.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from ._events import (  # noqa: E402
     DISTRIBUTED_KINDS,
     Event,
@@ -20,6 +18,7 @@ from ._layers import LayerValues  # noqa: E402
 from ._monitor import STATUSES, Monitor, scan  # noqa: E402
 from ._recorder import Recorder  # noqa: E402
 from ._validate import check_range  # noqa: E402
+from ._version import __version__  # noqa: E402
 from .detectors import (  # noqa: E402
     ActivationHealth,
     CUSUMPlateau,

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
 from ._events import Event, Kind, check_kinds
 from ._recorder import Recorder
 from ._validate import check_range, to_step
+from ._version import __version__
 from .detectors._base import Detector, _jsonable
 from .signals import DENSE_SIGNALS, SIGNALS, Column, column, dense_values, layers, scalar
 from .signals import activations as _activations

@@ -77,7 +77,7 @@ oscillate that made the run diverge is a divergence; a bump meant to make it div
 made it swing without diverging is an oscillation. The checks (:func:`check_label`); "level" is a median,
 "smoothed" a centred running median of 9 steps, the "pre-onset level" the level of the 50
 steps before the onset, ``W`` the bench's detection window of the kind
-(:func:`trainsignals.eval.bench.default_window`):
+(:func:`trainsignals.kinds.default_window`):
 
 * ``divergence``: within ``W`` steps of the onset the loss becomes non-finite, or its smoothed
   value climbs to 4x the pre-onset level (or to 2x and above the run's initial level: the run
@@ -960,7 +960,7 @@ def _robust_sd(x: np.ndarray) -> float:
 
 
 def _window(kind: str, n: int) -> int:
-    from trainsignals.eval.bench import default_window
+    from trainsignals.kinds import default_window
 
     return default_window(kind, n)
 
