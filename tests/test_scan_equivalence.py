@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from conftest import SCALAR_FACTORIES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trainsignals as ts
+from trainsignals.testing import close_events, close_state  # noqa: F401 - other tests import them from here
 
 NAMES = sorted(SCALAR_FACTORIES)
 
@@ -48,32 +47,6 @@ def regime_stream(seed: int, n: int, n_regimes: int, nan_rate: float, nsig: int)
         x[bad] = rng.choice([np.nan, np.inf, 0.0, -1.0], bad.sum())
         out.append(x)
     return out
-
-
-def close_events(a: list[ts.Event], b: list[ts.Event]) -> bool:
-    if len(a) != len(b):
-        return False
-    for e, f in zip(a, b):
-        if (e.kind, e.severity, e.step, e.onset_step, e.detector, e.layer) != (
-            f.kind, f.severity, f.step, f.onset_step, f.detector, f.layer
-        ):
-            return False
-        for u, v in ((e.value, f.value), (e.threshold, f.threshold)):
-            if not (u == v or (math.isnan(u) and math.isnan(v)) or math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12)):
-                return False
-    return True
-
-
-def close_state(a, b) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(close_state(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(close_state(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) or isinstance(b, float):
-        if a is None or b is None:
-            return a is b
-        return a == b or math.isclose(a, b, rel_tol=1e-10, abs_tol=1e-10)
-    return a == b
 
 
 @settings(max_examples=int(__import__("os").environ.get("TS_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -31,6 +31,7 @@ from trainsignals.io.traces import (
     trace_signals,
     write_trace,
 )
+from trainsignals.testing import close_events  # noqa: F401 - other tests import them from here
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,19 +51,6 @@ def same(a: Any, b: Any) -> bool:
 
 def dicts(events: list[ts.Event]) -> list[dict]:
     return [e.to_dict() for e in events]
-
-
-def close_events(a: list[ts.Event], b: list[ts.Event]) -> bool:
-    if len(a) != len(b):
-        return False
-    for e, f in zip(a, b):
-        if (e.kind, e.severity, e.step, e.onset_step, e.detector, e.layer) != (
-                f.kind, f.severity, f.step, f.onset_step, f.detector, f.layer):
-            return False
-        for u, v in ((e.value, f.value), (e.threshold, f.threshold)):
-            if not (u == v or (math.isnan(u) and math.isnan(v)) or math.isclose(u, v, rel_tol=1e-9, abs_tol=1e-12)):
-                return False
-    return True
 
 
 def run_signals(n: int = 800, seed: int = 3) -> dict:

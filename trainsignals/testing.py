@@ -362,7 +362,8 @@ def _chunk(data: Mapping[str, Any], lo: int, hi: int) -> dict[str, Any]:
     return out
 
 
-def _same_events(a: Sequence[Any], b: Sequence[Any]) -> bool:
+def close_events(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether two event lists agree: kind, severity, steps, detector and layer exactly, values to 1e-9."""
     import math
 
     if len(a) != len(b):
@@ -377,14 +378,17 @@ def _same_events(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return True
 
 
-def _close_state(a: Any, b: Any) -> bool:
+def close_state(a: Any, b: Any) -> bool:
+    """Whether two state dicts agree: structure exactly, floats to 1e-10 (NaN equals NaN)."""
     import math
 
     if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_close_state(a[k], b[k]) for k in a)
+        return isinstance(b, dict) and a.keys() == b.keys() and all(close_state(a[k], b[k]) for k in a)
     if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(_close_state(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float):
+        return isinstance(b, list) and len(a) == len(b) and all(close_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return a is b
         return a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-10, abs_tol=1e-10)
     return bool(a == b)
 
@@ -468,8 +472,8 @@ def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = 
             if not part or not required <= set(part):
                 continue
             evs += batched.scan(steps=steps, **part)
-        assert _same_events(whole, evs), f"{name}: scan in chunks {bounds} differs from update step by step"
-        assert _close_state(det.state_dict(), batched.state_dict()), f"{name}: scan leaves another state than update"
+        assert close_events(whole, evs), f"{name}: scan in chunks {bounds} differs from update step by step"
+        assert close_state(det.state_dict(), batched.state_dict()), f"{name}: scan leaves another state than update"
     for cut in cuts:
         first = factory()
         head = [r for r in rows if r[0] < cut]
@@ -478,8 +482,8 @@ def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = 
         resumed = factory()
         resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
         again = pickle.loads(pickle.dumps(first))
-        assert _same_events(before + stream(resumed, tail), whole), f"{name}: JSON state resumed at {cut} differs"
-        assert _same_events(before + stream(again, tail), whole), f"{name}: pickle resumed at {cut} differs"
+        assert close_events(before + stream(resumed, tail), whole), f"{name}: JSON state resumed at {cut} differs"
+        assert close_events(before + stream(again, tail), whole), f"{name}: pickle resumed at {cut} differs"
     fresh = factory().state_dict()
     det.reset()
     assert det.state_dict() == fresh, f"{name}: reset() differs from a fresh detector"
@@ -509,7 +513,7 @@ def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = 
                     continue
                 twin.update(step=s, **rest)
                 want = twin.state_dict()
-            assert _close_state(after, want), f"{name}: a {bad} {inp.name} changed the state"
+            assert close_state(after, want), f"{name}: a {bad} {inp.name} changed the state"
     # bad settings name the parameter
     cls = type(det)
     for pname, p in inspect.signature(cls.__init__).parameters.items():
@@ -535,4 +539,4 @@ def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = 
         raise AssertionError(f"{name}.load_state_dict accepted a foreign or incomplete state")
 
 
-__all__ += ["check_detector", "example_inputs"]
+__all__ += ["check_detector", "close_events", "close_state", "example_inputs"]
