@@ -74,7 +74,6 @@ Importing this module imports ``torch`` and ``lightning``; ``import trainsignals
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import warnings
@@ -89,7 +88,7 @@ from torch import nn
 
 import trainsignals as ts
 from trainsignals import TrainingFailure, check_kinds
-from trainsignals.adapters.torch import TorchWatcher
+from trainsignals.adapters.torch import TorchWatcher, check_watcher_options
 from trainsignals.signals import DENSE_SIGNALS
 
 __all__ = ["TrainSignalsCallback", "TrainingFailure"]
@@ -104,7 +103,6 @@ _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.
 _SIGNALS = DENSE_SIGNALS
 _LOGGED = (*_SIGNALS, "grad_norm_applied")   # the norm after clipping: logged, not a Monitor input
 #: TorchWatcher arguments the callback sets itself.
-_RESERVED = ("model", "optimizer", "monitor", "recorder", "total_steps", "scaler", "on_critical")
 
 
 class _ParamView(nn.Module):
@@ -123,20 +121,6 @@ class _ParamView(nn.Module):
                 mod = child
             mod.register_parameter(leaf, p)
 
-
-def _check_watcher_kwargs(kwargs: Mapping[str, Any]) -> None:
-    """Refuse reserved or unknown TorchWatcher arguments and bad values now, not at ``fit`` start."""
-    params = inspect.signature(TorchWatcher.__init__).parameters
-    for key in kwargs:
-        if key in _RESERVED:
-            raise ValueError(f"{key} is set by TrainSignalsCallback; pass it to TrainSignalsCallback itself"
-                             if key in ("monitor", "total_steps", "on_critical") else
-                             f"{key} is set by TrainSignalsCallback from the trainer; it cannot be passed")
-        if key not in params or key == "self":
-            known = sorted(k for k in params if k not in (*_RESERVED, "self"))
-            raise ValueError(f"{key} is not a TorchWatcher option; the options are {known}")
-    probe = nn.Linear(1, 1)
-    TorchWatcher(probe, torch.optim.SGD(probe.parameters(), lr=0.1), ts.Monitor(), **kwargs).close()
 
 
 def _as_float(value: Any) -> float:
@@ -224,7 +208,7 @@ class TrainSignalsCallback(Callback):
         if prefix is not None and not isinstance(prefix, str):
             raise ValueError(f"prefix must be a string or None, got {prefix!r}")
         self.also_stop_on = check_kinds("also_stop_on", also_stop_on)
-        _check_watcher_kwargs(watcher_kwargs)
+        check_watcher_options(watcher_kwargs)
         self._monitor = monitor
         self.total_steps = total_steps
         self.on_critical = on_critical

@@ -114,7 +114,7 @@ from torch.overrides import TorchFunctionMode
 import trainsignals as ts
 from trainsignals import Kind, TrainingFailure, check_kinds, make_event
 
-__all__ = ["TorchWatcher", "TrainingFailure"]
+__all__ = ["TorchWatcher", "TrainingFailure", "WRAPPER_SET", "check_watcher_options"]
 
 _SATURATING: tuple[tuple[type[nn.Module], float, float], ...] = (
     (nn.Tanh, -0.99, 0.99),     # |y| > 0.99
@@ -1056,3 +1056,29 @@ def _finite(v: Any) -> bool:
         return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
+
+
+#: The TorchWatcher arguments a framework callback sets itself (from its trainer, or as its own options).
+WRAPPER_SET = ("model", "optimizer", "monitor", "recorder", "total_steps", "scaler", "on_critical")
+
+
+def check_watcher_options(kwargs: Mapping[str, Any], owner: str = "TrainSignalsCallback") -> None:
+    """Refuse, when a framework callback is built, the TorchWatcher options it sets itself, unknown
+    ones and bad values (a probe watcher is built and closed), rather than when training begins.
+
+    Raises:
+        ValueError: naming the option.
+    """
+    import inspect
+
+    params = inspect.signature(TorchWatcher.__init__).parameters
+    for key in kwargs:
+        if key in WRAPPER_SET:
+            raise ValueError(f"{key} is set by {owner}; pass it to {owner} itself"
+                             if key in ("monitor", "total_steps", "on_critical") else
+                             f"{key} is set by {owner} from the trainer; it cannot be passed")
+        if key not in params or key == "self":
+            known = sorted(k for k in params if k not in (*WRAPPER_SET, "self"))
+            raise ValueError(f"{key} is not a TorchWatcher option; the options are {known}")
+    probe = nn.Linear(1, 1)
+    TorchWatcher(probe, torch.optim.SGD(probe.parameters(), lr=0.1), ts.Monitor(), **kwargs).close()

@@ -138,7 +138,7 @@ except ImportError:  # pragma: no cover - older transformers: no state in checkp
 
 import trainsignals as ts
 from trainsignals import TrainingFailure
-from trainsignals.adapters.torch import TorchWatcher
+from trainsignals.adapters.torch import TorchWatcher, check_watcher_options
 from trainsignals.signals import DENSE_SIGNALS
 
 __all__ = ["TrainSignalsCallback", "TrainingFailure"]
@@ -152,7 +152,6 @@ if not logging.getLogger().hasHandlers():   # as the Lightning adapter does
 _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
 _SIGNALS = DENSE_SIGNALS
 #: TorchWatcher arguments the callback sets itself.
-_RESERVED = ("model", "optimizer", "monitor", "recorder", "total_steps", "scaler", "on_critical")
 #: metric names (after the evaluation prefix) taken as the accuracy-like score with score_metric="auto"
 _SCORES = ("accuracy", "acc", "f1", "exact_match", "matthews_correlation")
 _KINDS = tuple(k.value for k in ts.Kind)
@@ -170,20 +169,6 @@ def _check_kinds(name: str, kinds: Iterable[str]) -> tuple[str, ...]:
         raise ValueError(f"{name}: unknown kind(s) {bad}; kinds are {list(_KINDS)}")
     return out
 
-
-def _check_watcher_kwargs(kwargs: Mapping[str, Any]) -> None:
-    """Refuse reserved or unknown TorchWatcher arguments and bad values now, not when training begins."""
-    params = inspect.signature(TorchWatcher.__init__).parameters
-    for key in kwargs:
-        if key in _RESERVED:
-            raise ValueError(f"{key} is set by TrainSignalsCallback; pass it to TrainSignalsCallback itself"
-                             if key in ("monitor", "total_steps", "on_critical") else
-                             f"{key} is set by TrainSignalsCallback from the Trainer; it cannot be passed")
-        if key not in params or key == "self":
-            known = sorted(k for k in params if k not in (*_RESERVED, "self"))
-            raise ValueError(f"{key} is not a TorchWatcher option; the options are {known}")
-    probe = nn.Linear(1, 1)
-    TorchWatcher(probe, torch.optim.SGD(probe.parameters(), lr=0.1), ts.Monitor(), **kwargs).close()
 
 
 def _jsonable(value: Any) -> bool:
@@ -309,7 +294,7 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
             raise ValueError(f"save_on_stop must be a bool, got {save_on_stop!r}")
         self.also_stop_on = _check_kinds("also_stop_on", also_stop_on)
         watcher_kwargs.setdefault("per_layer", "module")
-        _check_watcher_kwargs(watcher_kwargs)
+        check_watcher_options(watcher_kwargs)
         self._monitor = monitor
         self._own_monitor = False
         self.total_steps = total_steps
