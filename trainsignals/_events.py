@@ -83,6 +83,10 @@ class Event:
         cause: The likely cause.
         fix: The first fix to try.
         layer: The layer concerned, for per-layer signals.
+        healthy_rate: How often the rule that fired raises an alarm on healthy runs at the
+            threshold in force: alarms per 10,000 healthy steps, measured by calibration
+            (:mod:`trainsignals.eval.calibrate`) on the tuning suites; ``None`` when not
+            measured (a setting changed from the default, or a detector without a knob).
     """
 
     kind: Kind
@@ -97,14 +101,24 @@ class Event:
     cause: str
     fix: str
     layer: str | None = None
+    healthy_rate: float | None = None
 
     def __str__(self) -> str:
         since = "" if self.onset_step == self.step else f" (since step {self.onset_step})"
         return (
             f"step {self.step} {self.severity.upper()} {self.kind.value}{since}: {self.message} "
-            f"[{self.signal} {_fmt(self.value)} vs threshold {_fmt(self.threshold)}; "
+            f"[{self.signal} {_fmt(self.value)} vs threshold {_fmt(self.threshold)}{self.rate_text()}; "
             f"cause: {self.cause}; fix: {self.fix}]"
         )
+
+    def rate_text(self) -> str:
+        """``healthy_rate`` in words (``", fires on 1 in 40,000 healthy steps"``), or ``""``."""
+        r = self.healthy_rate
+        if r is None:
+            return ""
+        if r <= 0:
+            return ", never fired on the tuning healthy runs"
+        return f", fires on 1 in {1e4 / r:,.0f} healthy steps"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (``kind`` as its string value)."""
@@ -123,6 +137,8 @@ class Event:
         d["kind"] = Kind(d["kind"])
         d["value"] = float(d["value"])
         d["threshold"] = float(d["threshold"])
+        if d.get("healthy_rate") is not None:
+            d["healthy_rate"] = float(d["healthy_rate"])
         return cls(**d)
 
 

@@ -1,6 +1,6 @@
 """The streaming detectors. Each is usable alone on any stream; the Monitor runs a suite of them."""
 
-from ._base import Detector, DetectorProtocol, Input
+from ._base import Detector, DetectorProtocol, Input, Knob
 from .activation_health import ActivationHealth
 from .cusum_plateau import CUSUMPlateau
 from .ewma_spike import EWMASpike, GuardedEWMASpike
@@ -21,6 +21,7 @@ __all__ = [
     "EWMASpike",
     "GuardedEWMASpike",
     "Input",
+    "Knob",
     "LRAnomaly",
     "LayerGradCliff",
     "LayerUpdateRatio",

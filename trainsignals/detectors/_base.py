@@ -35,7 +35,7 @@ from .._layers import LayerValues
 from .._validate import to_step
 from ..signals import SIGNALS, Column, LayerStats, activations, as_steps, column, layers, scalar
 
-__all__ = ["Detector", "DetectorProtocol", "Input"]
+__all__ = ["Detector", "DetectorProtocol", "Input", "Knob"]
 
 #: per input declaration (by identity, kept alive here): (name, is a scalar, must be >= 0) of each input
 _SPECS: dict[int, tuple[tuple[Input, ...], tuple[tuple[str, bool, bool], ...]]] = {}
@@ -54,6 +54,28 @@ class Input(NamedTuple):
 
     name: str
     required: bool = True
+
+
+class Knob(NamedTuple):
+    """The one constructor parameter that sets a rule's sensitivity, for calibration.
+
+    A one-rule detector declares it as its class attribute ``knob``;
+    :mod:`trainsignals.eval.calibrate` then sets the parameter from healthy runs for a
+    false-alarm budget, searching ``[lo, hi]``.
+
+    Attributes:
+        param: the constructor parameter.
+        lo: the smallest value that makes sense for the rule.
+        hi: the largest.
+        quieter: ``"higher"`` when a larger value raises fewer alarms, else ``"lower"``.
+        log: search in log space (a ratio or a scale), else linearly.
+    """
+
+    param: str
+    lo: float
+    hi: float
+    quieter: str = "higher"
+    log: bool = True
 
 
 @runtime_checkable
@@ -102,6 +124,11 @@ class Detector:
 
     inputs: tuple[Input, ...] = ()
     _state_keys: ClassVar[tuple[str, ...]] = ()
+    #: the parameter calibration sets (:class:`Knob`); ``None``: not calibrated
+    knob: ClassVar[Knob | None] = None
+    #: alarms per 10,000 healthy steps at this detector's settings, when measured (the default
+    #: suite sets it from the calibration; the Monitor copies it into the events)
+    healthy_rate: float | None = None
 
     # -- configuration --------------------------------------------------------------------
     @classmethod

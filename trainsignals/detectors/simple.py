@@ -9,7 +9,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ops import ewma, first_true
 
 
@@ -78,6 +78,7 @@ class LRAnomaly(Detector):
     """
 
     inputs = (Input("lr"),)
+    knob = Knob("jump_factor", 2.0, 1000.0)
     _state_keys = ("prev", "peak", "decaying", "cooldown_left", "last_step")
 
     def __init__(

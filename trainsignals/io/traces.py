@@ -73,8 +73,9 @@ __all__ = [
     "write_trace",
 ]
 
-TRACE_SCHEMA_VERSION = 1
-"""Version of the trace layout written by this module (``trainsignals.format_version``)."""
+TRACE_SCHEMA_VERSION = 2
+"""Version of the trace layout written by this module (``trainsignals.format_version``; 2 added the
+events' ``healthy_rate``; version 1 traces are read too)."""
 
 SCALAR_COLUMNS = SCALAR_SIGNALS
 DENSE_SIGNALS = _DENSE
@@ -104,7 +105,10 @@ EVENT_TYPE = pa.struct([
     pa.field("cause", pa.string(), nullable=False),
     pa.field("fix", pa.string(), nullable=False),
     pa.field("layer", pa.string(), nullable=True),
+    pa.field("healthy_rate", pa.float64(), nullable=True),
 ])
+#: The event struct of format version 1 (before ``healthy_rate``), still read.
+_EVENT_TYPE_V1 = [(f.name, f.type) for f in EVENT_TYPE if f.name != "healthy_rate"]
 _EVENT_FIELDS = tuple(f.name for f in EVENT_TYPE)
 _EVENT_FIELD_TYPES = tuple(f.type for f in EVENT_TYPE)
 _F64_LIST = pa.list_(pa.float64())
@@ -271,6 +275,7 @@ def _events_column(m: int, rows: Sequence[int] | np.ndarray, events: Sequence[Ev
             pa.array([e.cause for e in events], pa.string()),
             pa.array([e.fix for e in events], pa.string()),
             pa.array([e.layer for e in events], pa.string()),
+            pa.array([e.healthy_rate for e in events], pa.float64()),
         ]
         child = pa.StructArray.from_arrays(cols, fields=list(EVENT_TYPE))
     return pa.ListArray.from_arrays(pa.array(offsets), child, type=_EVENTS_LIST)
@@ -1420,7 +1425,7 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
             t = schema.field(i).type
             if f.name == "events":  # compare names and types, not nullability
                 ok = pa.types.is_list(t) and pa.types.is_struct(t.value_type) and [
-                    (c.name, c.type) for c in t.value_type] == [(c.name, c.type) for c in EVENT_TYPE]
+                    (c.name, c.type) for c in t.value_type] in ([(c.name, c.type) for c in EVENT_TYPE], _EVENT_TYPE_V1)
             else:
                 ok = t.equals(f.type)
             if not ok:

@@ -1,0 +1,275 @@
+"""Calibration: each rule's sensitivity set from healthy runs for a stated false-alarm budget.
+
+A detector that implements one rule declares its *knob* (:class:`~trainsignals.Knob`): the
+constructor parameter that sets how sensitive the rule is, the range of values that make sense
+for it, and which way is quieter. Calibration runs each knob's detector alone (a Monitor whose
+suite is that one default-suite entry) over the *tuning* healthy runs and picks the most
+sensitive value in the range whose alarms stay within the budget::
+
+    alarms(value) <= floor(budget_per_10k * healthy_steps / 10_000)
+
+on *every* tuning family on its own (each synthetic difficulty, each real model family), so
+that a value holds across the kinds of run we have rather than on their average; found by
+bisection (in log space for a ``log`` knob). Nothing here looks at a faulty run or its label:
+detection is what the held-out suite then measures.
+
+* The budget, :data:`BUDGET_PER_10K`, is the issue's ceiling: at most one alarm per 20,000
+  healthy steps per rule (0.5 per 10,000).
+* The tuning runs are the synthetic suite's and the committed real suite's healthy runs. The
+  held-out suite (``datasets/real_heldout``) is never used: :func:`tuning_curves` refuses it.
+* :func:`leave_one_family_out` repeats the calibration with one family of the real suite left
+  out of the tuning runs, and scores the Monitor built from those values on that family: the
+  figure for a model family no value was chosen on.
+
+The values found are written to ``trainsignals/calibration.json`` (``python -m
+trainsignals.eval.calibrate --write``); the default suite reads them from there, and each event
+carries its rule's measured rate (:attr:`trainsignals.Event.healthy_rate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BUDGET_PER_10K",
+    "CALIBRATION_FILE",
+    "Calibrated",
+    "calibrate",
+    "calibrate_entry",
+    "healthy_alarms",
+    "leave_one_family_out",
+    "tuning_curves",
+    "write_calibration",
+]
+
+#: The false-alarm budget per rule: at most 1 alarm per 20,000 healthy steps (issue 16).
+BUDGET_PER_10K = 0.5
+#: Bisection steps per knob: the range is halved this often (2**-10 of a decade-wide log range).
+_ITERATIONS = 10
+#: Where the default suite reads the calibrated values.
+CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "calibration.json"
+#: Severities that count as an alarm (``info`` events never do).
+_ALARMS = ("warning", "critical")
+#: Suites a value may be chosen on; ``real_heldout`` is reported only.
+TUNING_SUITES = ("synthetic", "real")
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """One knob's calibrated value and what it costs on the tuning healthy runs.
+
+    Attributes:
+        name: The default-suite entry (``"loss_spike"``, ...).
+        detector: Its class name.
+        param: The knob (a constructor parameter).
+        value: The value chosen.
+        alarms: Warning/critical events at that value on the tuning healthy runs.
+        runs_alarmed: Healthy runs with at least one.
+        steps: Healthy steps seen.
+        budget_per_10k: The budget it was calibrated for.
+        limit: ``None`` when the budget decided the value; ``"sensitive_end"`` when even the
+            range's most sensitive value meets the budget; ``"quiet_end"`` when even the
+            quietest value does not (the rule then exceeds its budget: see ``per_10k``).
+    """
+
+    name: str
+    detector: str
+    param: str
+    value: float
+    alarms: int
+    runs_alarmed: int
+    steps: int
+    budget_per_10k: float
+    limit: str | None
+
+    @property
+    def per_10k(self) -> float:
+        """Alarms per 10,000 healthy steps at :attr:`value`."""
+        return 1e4 * self.alarms / self.steps if self.steps else 0.0
+
+
+def tuning_curves(suites: Sequence[str] = TUNING_SUITES) -> list[Any]:
+    """The healthy runs of the tuning suites (the held-out suite is refused).
+
+    Raises:
+        ValueError: a held-out suite among ``suites``.
+    """
+    from .bench import SUITE_ALIASES, _load_suite
+
+    out: list[Any] = []
+    for s in suites:
+        if SUITE_ALIASES.get(s, s) not in TUNING_SUITES and Path(s).name not in TUNING_SUITES:
+            raise ValueError(f"suites: {s!r} is not a tuning suite ({TUNING_SUITES}); the held-out runs are "
+                             "scored only, never calibrated on")
+        out.extend(c for c in _load_suite(s) if c.kind == "healthy")
+    return out
+
+
+def _alone(name: str, total_steps: int | None, settings: Mapping[str, Any]) -> Any:
+    """Default-suite entry ``name`` with ``settings``, built for a run of ``total_steps``."""
+    from trainsignals.suite import SUITE_NAMES, default_suite
+
+    only: dict[str, Any] = {n: False for n in SUITE_NAMES if n != name}
+    only[name] = dict(settings)
+    return default_suite(total_steps, **only)[name]
+
+
+def healthy_alarms(name: str, settings: Mapping[str, Any], curves: Iterable[Any]) -> dict[str, tuple[int, int, int]]:
+    """Per family: (alarms, runs alarmed, steps) of entry ``name`` with ``settings`` alone on ``curves``.
+
+    A curve's family is its ``difficulty`` (a synthetic difficulty or a real model family).
+    """
+    from trainsignals import Monitor
+
+    out: dict[str, list[int]] = {}
+    for c in curves:
+        suite = {name: _alone(name, c.total_steps, settings)}
+        n = sum(e.severity in _ALARMS for e in Monitor(total_steps=c.total_steps, suite=suite).scan(**c.signals()))
+        row = out.setdefault(str(c.difficulty), [0, 0, 0])
+        row[0] += n
+        row[1] += n > 0
+        row[2] += len(c.steps)
+    return {f: (a, r, s) for f, (a, r, s) in out.items()}
+
+
+def _round_toward(value: float, quieter_up: bool, integer: bool) -> float:
+    """``value`` to 3 significant digits (integers: whole), rounded toward the quieter side."""
+    if integer:
+        return float(math.ceil(value) if quieter_up else math.floor(value))
+    if value == 0:
+        return 0.0
+    e = math.floor(math.log10(abs(value))) - 2
+    q = value / 10**e
+    return (math.ceil(q) if quieter_up else math.floor(q)) * 10**e
+
+
+def calibrate_entry(name: str, curves: Sequence[Any], budget_per_10k: float = BUDGET_PER_10K,
+                    iterations: int = _ITERATIONS) -> Calibrated:
+    """Calibrate the knob of default-suite entry ``name`` on healthy ``curves``.
+
+    Raises:
+        ValueError: ``name``'s detector declares no knob.
+    """
+    det = _alone(name, None, {})
+    knob = getattr(det, "knob", None)
+    if knob is None:
+        raise ValueError(f"name: the detector of {name!r} ({type(det).__name__}) declares no knob")
+    up = knob.quieter == "higher"
+    sensitive, quiet = (knob.lo, knob.hi) if up else (knob.hi, knob.lo)
+    integer = isinstance(getattr(det, knob.param), int) and not isinstance(getattr(det, knob.param), bool)
+    cache: dict[float, dict[str, tuple[int, int, int]]] = {}
+
+    def cost(v: float) -> dict[str, tuple[int, int, int]]:
+        v = float(int(v)) if integer else v
+        if v not in cache:
+            cache[v] = healthy_alarms(name, {knob.param: int(v) if integer else v}, curves)
+        return cache[v]
+
+    def meets(v: float) -> bool:
+        return all(a <= math.floor(budget_per_10k * s / 1e4) for a, _, s in cost(v).values())
+
+    def done(v: float, limit: str | None) -> Calibrated:
+        a, r, s = (sum(x) for x in zip(*cost(v).values(), strict=True))
+        return Calibrated(name, type(det).__name__, knob.param, int(v) if integer else v, a, r, s,
+                          budget_per_10k, limit)
+
+    if meets(sensitive):
+        return done(sensitive, "sensitive_end")
+    if not meets(quiet):
+        return done(quiet, "quiet_end")
+    ok, bad = quiet, sensitive  # ok meets the budget; bad does not
+    for _ in range(iterations):
+        mid = math.sqrt(ok * bad) if knob.log else 0.5 * (ok + bad)
+        if integer:
+            mid = float(round(mid))
+            if mid in (ok, bad):
+                break
+        if meets(mid):
+            ok = mid
+        else:
+            bad = mid
+    value = _round_toward(ok, up, integer)
+    if not meets(value):  # rounding crossed a step of the count: keep the bisection's value
+        value = ok
+    return done(value, None)
+
+
+def calibrate(curves: Sequence[Any] | None = None, names: Sequence[str] | None = None,
+              budget_per_10k: float = BUDGET_PER_10K) -> list[Calibrated]:
+    """Calibrate every knob of the default suite (or ``names``) on the tuning healthy runs."""
+    from trainsignals.suite import SUITE_NAMES, default_suite
+
+    healthy = tuning_curves() if curves is None else [c for c in curves if c.kind == "healthy"]
+    suite = default_suite()
+    todo = [n for n in (SUITE_NAMES if names is None else names) if getattr(suite[n], "knob", None) is not None]
+    return [calibrate_entry(n, healthy, budget_per_10k) for n in todo]
+
+
+def settings_of(rows: Iterable[Calibrated]) -> dict[str, dict[str, Any]]:
+    """The Monitor settings (``{entry: {param: value}}``) that apply calibrated values."""
+    return {r.name: {r.param: r.value} for r in rows}
+
+
+def write_calibration(rows: Sequence[Calibrated], path: str | Path = CALIBRATION_FILE) -> Path:
+    """Write calibrated values as the JSON file the default suite reads."""
+    path = Path(path)
+    doc = {"budget_per_10k": rows[0].budget_per_10k if rows else BUDGET_PER_10K,
+           "tuning_suites": list(TUNING_SUITES),
+           "entries": {r.name: {**asdict(r), "per_10k": r.per_10k} for r in rows}}
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER_10K,
+                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Calibrate without one family of ``suite`` at a time and score that family.
+
+    The tuning runs are the synthetic suite's healthy runs plus ``suite``'s healthy runs of
+    the other families; the Monitor built from those values is scored on every run of the
+    family left out. Returns ``{family: Score}`` (:class:`trainsignals.eval.bench.Score`).
+    """
+    from trainsignals import Monitor
+
+    from .bench import _load_suite, score
+
+    curves = _load_suite(suite)
+    synthetic = [c for c in _load_suite("synthetic") if c.kind == "healthy"]
+    out: dict[str, Any] = {}
+    for fam in sorted({c.difficulty for c in curves}):
+        tune = synthetic + [c for c in curves if c.kind == "healthy" and c.difficulty != fam]
+        settings = settings_of(calibrate(tune, budget_per_10k=budget_per_10k))
+        if progress is not None:
+            progress(f"{fam}: {settings}")
+
+        def factory(total_steps: int, _s: Mapping[str, Any] = settings) -> Any:
+            return Monitor(total_steps=total_steps, **_s)
+
+        out[fam] = score(factory, [c for c in curves if c.difficulty == fam], name=f"without {fam}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trainsignals.eval.calibrate``: print (and with ``--write`` store) the values."""
+    p = argparse.ArgumentParser(prog="python -m trainsignals.eval.calibrate", description=__doc__.splitlines()[0])
+    p.add_argument("--budget", type=float, default=BUDGET_PER_10K, help="alarms per 10,000 healthy steps per rule")
+    p.add_argument("--write", action="store_true", help=f"write {CALIBRATION_FILE.name} for the default suite")
+    p.add_argument("--entry", action="append", help="calibrate only these default-suite entries")
+    args = p.parse_args(argv)
+    rows = calibrate(names=args.entry, budget_per_10k=args.budget)
+    for r in rows:
+        print(f"{r.name:22s} {r.detector:22s} {r.param}={r.value:<10.4g} {r.alarms:3d} alarms "
+              f"({r.per_10k:.2f} per 10k, {r.runs_alarmed} runs, {r.steps} steps)"
+              + (f" [{r.limit}]" if r.limit else ""))
+    if args.write:
+        print(f"wrote {write_calibration(rows)}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
