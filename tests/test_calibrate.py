@@ -58,3 +58,8 @@ def test_written_file_round_trips(tmp_path, healthy):
     doc = json.loads(path.read_text())
     assert doc["entries"]["lr_anomaly"]["value"] == row.value
     assert doc["entries"]["lr_anomaly"]["per_10k"] == pytest.approx(row.per_10k)
+
+
+def test_leave_one_family_out_refuses_the_heldout_suite():
+    with pytest.raises(ValueError, match="held-out"):
+        cal.leave_one_family_out("heldout")

@@ -1044,12 +1044,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-curve", action="store_true", help="with --json, include every curve's verdict")
     parser.add_argument("--rules", action="store_true",
                         help="also print each detector's alarms per 10,000 healthy steps")
+    parser.add_argument("--leave-one-family-out", action="store_true",
+                        help="calibrate without each family of --suite in turn and score that family with the "
+                             "values found (trainsignals.eval.calibrate); in-sample figures beside them")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the bench as the parsed options say; the exit status."""
     from trainsignals.io._console import make_console
 
+    if getattr(args, "leave_one_family_out", False):
+        from .calibrate import leave_one_family_out
+
+        lofo = leave_one_family_out("real" if args.suite == "synthetic" else args.suite)
+        if args.json:
+            sys.stdout.write(json.dumps(lofo.to_dict(), indent=2) + "\n")
+        elif args.markdown:
+            sys.stdout.write(lofo.to_markdown() + "\n" + lofo.family_markdown() + "\n"
+                             + lofo.family_markdown("in-sample"))
+        else:
+            console = make_console()
+            console.print(lofo.table())
+            console.print(lofo.family_table())
+            console.print(lofo.family_table("in-sample"))
+        return 0
     result = run_bench(suite=args.suite, baselines=not getattr(args, "no_baselines", False))
     unmet = result.check_targets()
     if args.json:

@@ -227,31 +227,50 @@ def write_calibration(rows: Sequence[Calibrated], path: str | Path = CALIBRATION
 
 
 def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER_10K,
-                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Calibrate without one family of ``suite`` at a time and score that family.
+                         progress: Callable[[str], None] | None = None) -> Any:
+    """Calibrate without one family of ``suite`` at a time and score the Monitor on that family.
 
     The tuning runs are the synthetic suite's healthy runs plus ``suite``'s healthy runs of
-    the other families; the Monitor built from those values is scored on every run of the
-    family left out. Returns ``{family: Score}`` (:class:`trainsignals.eval.bench.Score`).
+    the other families; the Monitor built from the values found is scored on every run (healthy
+    and faulty) of the family left out. Returns a :class:`trainsignals.eval.bench.BenchResult`
+    with two detectors: ``"left-out family"`` (each family scored by the values calibrated
+    without it) and ``"in-sample"`` (the values calibrated on all of them, as shipped), so
+    ``family_table()`` shows both per family.
     """
     from trainsignals import Monitor
 
-    from .bench import _load_suite, score
+    from .bench import BenchResult, Score, _load_suite, score
 
+    if _is_heldout(suite):
+        raise ValueError(f"suite: {suite!r} is the held-out suite; leave-one-family-out runs on a tuning suite")
     curves = _load_suite(suite)
     synthetic = [c for c in _load_suite("synthetic") if c.kind == "healthy"]
-    out: dict[str, Any] = {}
+    results: list[Any] = []
+    steps, seconds = 0, 0.0
     for fam in sorted({c.difficulty for c in curves}):
         tune = synthetic + [c for c in curves if c.kind == "healthy" and c.difficulty != fam]
         settings = settings_of(calibrate(tune, budget_per_10k=budget_per_10k))
         if progress is not None:
-            progress(f"{fam}: {settings}")
+            progress(f"without {fam}: {settings}")
 
         def factory(total_steps: int, _s: Mapping[str, Any] = settings) -> Any:
             return Monitor(total_steps=total_steps, **_s)
 
-        out[fam] = score(factory, [c for c in curves if c.difficulty == fam], name=f"without {fam}")
-    return out
+        s = score(factory, [c for c in curves if c.difficulty == fam])
+        results.extend(s.curves)
+        steps += s.steps
+        seconds += s.seconds
+    out = Score.from_results("left-out family", results, steps, seconds)
+    inside = score(Monitor, curves, name="in-sample")
+    return BenchResult(suite=suite, n_curves=len(curves), scores={"left-out family": out, "in-sample": inside},
+                       main="left-out family")
+
+
+def _is_heldout(suite: str) -> bool:
+    """Whether ``suite`` names the held-out real suite."""
+    from .bench import SUITE_ALIASES
+
+    return SUITE_ALIASES.get(suite, suite) == "real_heldout" or Path(suite).name == "real_heldout"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
