@@ -20,7 +20,8 @@ import time
 
 CHILD = r"""
 import hashlib, numpy as np
-from trainsignals.curves.real_runs import RunSpec, train
+from trainsignals.curves.real_runs import train
+from trainsignals.curves.training import RunSpec
 base = dict(kind="healthy", seed=1, steps=200, optimizer="sgd", lr=0.2, weight_decay=0.0, schedule="constant",
             warmup=0, batch_size=32, augment=(0.5, 0.05), val_every=25, val_at_zero=False, per_layer="module")
 out = []

@@ -28,7 +28,7 @@ import numpy as np
 
 from trainsignals import Kind
 from trainsignals.curves import load_suite
-from trainsignals.curves.real_runs import _oscillation_stats
+from trainsignals.curves.labels import oscillation_stats
 from trainsignals.detectors import Oscillation
 from trainsignals.detectors.oscillation import _shift_test
 from trainsignals.eval.bench import default_window
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> None:
                 continue
             on, n = c.onset_step, len(c.loss)
             w = default_window("oscillation", n)
-            label = _oscillation_stats(c.loss, on, min(w, n - 1 - on))[0]
+            label = oscillation_stats(c.loss, on, min(w, n - 1 - on))[0]
             got = [rl for _, rl, rg, rlr in ratios(c, on, on + w + 1)
                    if rlr >= det.lr_rise or det.grad_shift <= rg < np.inf]
             fires = [e.step for e in Oscillation().scan(loss=c.loss, grad_norm=c.grad_norm, lr=c.lr, steps=c.steps)

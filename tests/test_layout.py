@@ -39,6 +39,24 @@ def _imports(path: Path, package: str) -> set[str]:
     return out
 
 
+def test_the_real_run_modules_import_one_way():
+    """real_runs -> families -> (training, labels): nothing imports back up, nor a private name."""
+    curves = CORE / "curves"
+    allowed = {"training": set(), "labels": set(), "families": {"training", "labels"},
+               "real_runs": {"training", "labels", "families"}}
+    for name, ok in allowed.items():
+        tree = ast.parse((curves / f"{name}.py").read_text())
+        used = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("trainsignals.curves."):
+                used.add(node.module.rsplit(".", 1)[-1])
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"curves/{name}.py imports private {private} from {node.module}"
+            elif isinstance(node, ast.ImportFrom) and node.module == "trainsignals.curves":
+                used.update(a.name for a in node.names if a.name in allowed)
+        assert used <= ok, f"curves/{name}.py imports {sorted(used - ok)}"
+
+
 def test_the_core_does_not_import_the_edges():
     core_files = [p for p in CORE.glob("*.py")] + list((CORE / "detectors").glob("*.py"))
     for path in core_files:

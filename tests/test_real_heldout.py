@@ -17,15 +17,16 @@ import numpy as np
 import pytest
 
 from trainsignals.curves import load_suite
-from trainsignals.curves.families import HELDOUT_FAULT_FAMILIES, draw_spec, plan_heldout, twin_check
-from trainsignals.curves.real_runs import (
-    FAULT_KINDS,
+from trainsignals.curves.families import (
     HELDOUT_FAMILIES,
-    check_label,
-    default_directory,
-    run,
-    train_with_info,
+    HELDOUT_FAULT_FAMILIES,
+    draw_spec,
+    plan_heldout,
+    twin_check,
 )
+from trainsignals.curves.labels import check_label
+from trainsignals.curves.real_runs import default_directory, run, train_with_info
+from trainsignals.curves.training import FAULT_KINDS
 
 ARRAYS = ("loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss", "layer_grad_norms",
           "act_steps", "dead_frac", "saturation")
@@ -148,7 +149,8 @@ def test_bench_resolves_the_heldout_suite_and_tables_it_by_family(committed: lis
 
 
 def test_a_committed_heldout_run_retrains_to_its_stored_values(committed: list[Any], torch: Any) -> None:
-    from trainsignals.curves.real_runs import RunSpec, _map
+    from trainsignals.curves.real_runs import _map
+    from trainsignals.curves.training import RunSpec
 
     manifest = json.loads((default_directory(heldout=True) / "manifest.json").read_text())
     entry = min((e for e in manifest["curves"] if e["family"] == "tabular" and e["intended_kind"] != "healthy"),

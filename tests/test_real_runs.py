@@ -19,18 +19,9 @@ import numpy as np
 import pytest
 
 from trainsignals.curves import load_suite
-from trainsignals.curves.real_runs import (
-    FAMILIES,
-    FAULT_KINDS,
-    RunSpec,
-    _map,
-    build,
-    check_label,
-    default_directory,
-    label_run,
-    plan_suite,
-    train,
-)
+from trainsignals.curves.labels import check_label, label_run
+from trainsignals.curves.real_runs import FAMILIES, _map, build, default_directory, plan_suite, train
+from trainsignals.curves.training import FAULT_KINDS, RunSpec
 
 ARRAYS = ("loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss", "layer_grad_norms",
           "act_steps", "dead_frac", "saturation")

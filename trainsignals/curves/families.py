@@ -10,7 +10,7 @@ recorder) when a spec's family is one of :data:`HELDOUT_FAMILIES`.
 
 * ``rnnlm`` — a recurrent character LM: embedding, a 1- or 2-layer GRU or LSTM, a ReLU
   projection and a softmax, predicting every next character of 16..32-character windows of
-  the standard-library corpus (:func:`trainsignals.curves.real_runs.corpus`);
+  the standard-library corpus (:func:`trainsignals.curves.training.corpus`);
 * ``tflm`` — a pre-LayerNorm transformer character LM: token and position embeddings, 1 or 2
   blocks (causal self-attention, an FFN with GELU, or ReLU in the dead-unit runs), a final
   LayerNorm and a linear head;
@@ -38,7 +38,7 @@ or the mean target); overfitting on 16..48 examples or, in the LMs, a 200..800-c
 **Counterfactual twins.** At the onset of every faulty run the model, the optimizer and the
 batch sampler are copied and a *twin* continues from there without the fault, on the same
 batches, for the kind's detection window, recorded by its own adapter. The label then needs,
-on top of :func:`trainsignals.curves.real_runs.label_run`'s rule check, that the faulty trace
+on top of :func:`trainsignals.curves.labels.label_run`'s rule check, that the faulty trace
 differs from its twin's beyond noise (:func:`twin_check`). A run whose fault made no difference
 is relabelled ``healthy`` when the healthy check passes on it (its name then ends in
 ``-nofault-<kind>``), and dropped otherwise; the manifest records the twin figures per run.
@@ -53,10 +53,37 @@ from typing import Any
 
 import numpy as np
 
-from trainsignals.curves.real_runs import HELDOUT_FAMILIES
+from trainsignals.curves import HEALTHY
+from trainsignals.curves.labels import (
+    check_healthy,
+    divergence_verdict,
+    label_run,
+    oscillation_verdict,
+    relabel,
+    robust_sd,
+    running_median,
+)
+from trainsignals.curves.training import (
+    FAULT_KINDS,
+    RunSpec,
+    corpus,
+    digits,
+    fault_lr_factor,
+    log_uniform,
+    pick,
+    schedule_factor,
+    seeded_rng,
+    to_curve,
+    watch,
+)
+from trainsignals.kinds import default_window
 
 __all__ = ["HELDOUT_FAMILIES", "HELDOUT_FAULT_FAMILIES", "draw_spec", "label_with_twin", "plan_heldout",
            "train", "twin_check"]
+
+HELDOUT_FAMILIES: tuple[str, ...] = ("rnnlm", "tflm", "deepmlp", "tabular", "mse")
+"""The held-out suite's model families (never in the committed ``datasets/real``): no detector
+threshold is chosen on their runs."""
 
 _ALL = HELDOUT_FAMILIES
 HELDOUT_FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -92,75 +119,73 @@ _MIN_STEPS, _MID_STEPS, _MAX_STEPS = 300, 1200, 3000
 # ------------------------------------------------------------------------------------ the plan
 
 
-def draw_spec(kind: str, family: str, seed: int, index: int) -> Any:
+def draw_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
     """Draw one held-out run's configuration from ``(seed, kind, family, index)``."""
-    from trainsignals.curves import HEALTHY
-    from trainsignals.curves.real_runs import RunSpec, _logu, _pick, _rng
-
-    rng = _rng(seed, "heldout", kind, family, index)
-    frng = _rng(seed, "heldout", kind, family, index, "fault")
+    rng = seeded_rng(seed, "heldout", kind, family, index)
+    frng = seeded_rng(seed, "heldout", kind, family, index, "fault")
     run_seed = int(rng.integers(0, 2**31 - 1))
     long_run = rng.random() < 0.15
-    steps = int(round(_logu(rng, _MID_STEPS, _MAX_STEPS) if long_run else _logu(rng, _MIN_STEPS, _MID_STEPS)))
+    steps = int(round(log_uniform(rng, _MID_STEPS, _MAX_STEPS) if long_run
+                      else log_uniform(rng, _MIN_STEPS, _MID_STEPS)))
     lm = family in ("rnnlm", "tflm")
     if lm:      # the LMs cost 3..10 ms a step on the pinned kernels: shorter runs
-        steps = int(round(_logu(rng, 300, 500)))
-    optimizer = _pick(rng, ("sgd", "sgdm", "nesterov", "adam", "adamw", "rmsprop"), (1, 1, 1, 2, 2, 1))
+        steps = int(round(log_uniform(rng, 300, 500)))
+    optimizer = pick(rng, ("sgd", "sgdm", "nesterov", "adam", "adamw", "rmsprop"), (1, 1, 1, 2, 2, 1))
     if family in ("rnnlm", "tflm", "deepmlp") and optimizer == "sgd" and rng.random() < 0.5:
         optimizer = "adam"
-    lr = _logu(rng, *_HLR[(family, _OPT_GROUP[optimizer])])
-    weight_decay = _logu(rng, 1e-4, 3e-2) if optimizer == "adamw" else (
-        0.0 if rng.random() < 0.6 else _logu(rng, 1e-5, 3e-4))
-    schedule = _pick(rng, ("constant", "cosine", "warmup_cosine", "step", "cosine_restarts"), (2, 2, 3, 2, 2))
+    lr = log_uniform(rng, *_HLR[(family, _OPT_GROUP[optimizer])])
+    weight_decay = log_uniform(rng, 1e-4, 3e-2) if optimizer == "adamw" else (
+        0.0 if rng.random() < 0.6 else log_uniform(rng, 1e-5, 3e-4))
+    schedule = pick(rng, ("constant", "cosine", "warmup_cosine", "step", "cosine_restarts"), (2, 2, 3, 2, 2))
     if family == "tflm" and schedule == "constant":
         schedule = "warmup_cosine"
     warmup = int(rng.uniform(0.02, 0.1) * steps) if schedule.startswith("warmup") else 0
-    batch_size = int(_pick(rng, (8, 16), (1, 2))) if lm else int(_pick(rng, (8, 16, 32, 64, 128), (1, 2, 3, 2, 1)))
+    batch_size = int(pick(rng, (8, 16), (1, 2))) if lm else int(pick(rng, (8, 16, 32, 64, 128), (1, 2, 3, 2, 1)))
     if batch_size == 8 and kind == HEALTHY and rng.random() < 0.5:
         lr *= 1.5        # a hard healthy case: small batches at a high learning rate
-    act = _pick(rng, ("relu", "gelu", "tanh"), (3, 2, 1))
+    act = pick(rng, ("relu", "gelu", "tanh"), (3, 2, 1))
     arch: dict[str, Any]
     if family == "rnnlm":
-        arch = {"cell": _pick(rng, ("gru", "lstm")), "context": 16,
-                "embed": 16, "hidden": int(_pick(rng, (32, 48))),
-                "layers": int(_pick(rng, (1, 2), (3, 1))), "head": int(_pick(rng, (48, 64)))}
+        arch = {"cell": pick(rng, ("gru", "lstm")), "context": 16,
+                "embed": 16, "hidden": int(pick(rng, (32, 48))),
+                "layers": int(pick(rng, (1, 2), (3, 1))), "head": int(pick(rng, (48, 64)))}
     elif family == "tflm":
         arch = {"context": 16, "d_model": 32,
-                "heads": int(_pick(rng, (2, 4))), "blocks": int(_pick(rng, (1, 2))),
+                "heads": int(pick(rng, (2, 4))), "blocks": int(pick(rng, (1, 2))),
                 "ffn_act": "relu" if kind == "dead_units" and rng.random() < 0.5 else "gelu"}
     elif family == "deepmlp":
         tanh = kind == "vanishing_gradient" and rng.random() < 0.5
-        arch = {"depth": int(rng.integers(10, 17)), "width": int(_pick(rng, (32, 48, 64))),
+        arch = {"depth": int(rng.integers(10, 17)), "width": int(pick(rng, (32, 48, 64))),
                 "activation": "tanh" if tanh else "relu",
-                "init_scale": float(_logu(rng, 0.5, 0.8)) if kind == HEALTHY and rng.random() < 0.2 else 1.0}
+                "init_scale": float(log_uniform(rng, 0.5, 0.8)) if kind == HEALTHY and rng.random() < 0.2 else 1.0}
         if tanh:
-            optimizer = _pick(rng, ("adam", "adamw", "rmsprop"))
-            lr = _logu(rng, *_HLR[(family, _OPT_GROUP[optimizer])])
+            optimizer = pick(rng, ("adam", "adamw", "rmsprop"))
+            lr = log_uniform(rng, *_HLR[(family, _OPT_GROUP[optimizer])])
     elif family == "tabular":
-        arch = {"dataset": _pick(rng, ("wine", "breast_cancer", "synthetic"), (1, 1, 2)),
-                "widths": [int(_pick(rng, (32, 64, 128)))] * int(_pick(rng, (1, 2, 3))),
+        arch = {"dataset": pick(rng, ("wine", "breast_cancer", "synthetic"), (1, 1, 2)),
+                "widths": [int(pick(rng, (32, 64, 128)))] * int(pick(rng, (1, 2, 3))),
                 "activation": "relu" if kind == "dead_units" else act}
     else:
-        task = _pick(rng, ("autoencoder", "regression"))
+        task = pick(rng, ("autoencoder", "regression"))
         arch = {"task": task, "activation": "relu" if kind == "dead_units" else act,
-                "widths": [int(_pick(rng, (64, 96))), int(_pick(rng, (8, 16)))] if task == "autoencoder"
-                else [int(_pick(rng, (32, 64)))] * int(_pick(rng, (2, 3)))}
-    augment = (0.0, float(_pick(rng, (0.0, 0.05, 0.1)))) if family in ("deepmlp",) else (0.0, 0.0)
-    val_every = int(_pick(rng, (25, 50), (1, 1)))
-    per_layer = _pick(rng, ("module", "parameter"), (3, 2))
-    clip = float(_pick(rng, (1.0, 2.0, 5.0))) if rng.random() < 0.3 else 0.0
+                "widths": [int(pick(rng, (64, 96))), int(pick(rng, (8, 16)))] if task == "autoencoder"
+                else [int(pick(rng, (32, 64)))] * int(pick(rng, (2, 3)))}
+    augment = (0.0, float(pick(rng, (0.0, 0.05, 0.1)))) if family in ("deepmlp",) else (0.0, 0.0)
+    val_every = int(pick(rng, (25, 50), (1, 1)))
+    per_layer = pick(rng, ("module", "parameter"), (3, 2))
+    clip = float(pick(rng, (1.0, 2.0, 5.0))) if rng.random() < 0.3 else 0.0
     onset = int(frng.uniform(0.3, 0.7) * steps) if kind != HEALTHY else -1
     fault: dict[str, Any] = {}
     adaptive = _OPT_GROUP[optimizer] in ("adam", "rmsprop")
     if kind == "divergence":
         lo, hi = (30.0, 1000.0) if adaptive else (20.0, 300.0)
-        fault = {"lr_mult": _logu(frng, lo, hi), "ramp": int(_pick(frng, (0, 0, 10, 30, 60)))}
+        fault = {"lr_mult": log_uniform(frng, lo, hi), "ramp": int(pick(frng, (0, 0, 10, 30, 60)))}
     elif kind == "stall":
         onset = int(frng.uniform(0.2, 0.45) * steps)
         if frng.random() < 0.35:
             fault = {"freeze": True}
         else:
-            fault = {"lr_mult": _logu(frng, 1e-6, 1e-3), "ramp": int(_pick(frng, (0, 0, 5, 30)))}
+            fault = {"lr_mult": log_uniform(frng, 1e-6, 1e-3), "ramp": int(pick(frng, (0, 0, 5, 30)))}
         if schedule in ("constant", "step", "cosine_restarts"):
             schedule, warmup = "warmup_cosine", int(0.03 * steps)
         steps = max(steps, 500 if lm else 700)
@@ -170,38 +195,39 @@ def draw_spec(kind: str, family: str, seed: int, index: int) -> Any:
         schedule, warmup = "constant", 0
     elif kind == "loss_spike":
         onset = int(frng.uniform(0.45, 0.8) * steps)
-        mode = "labels" if family in ("rnnlm", "tflm") else _pick(frng, ("labels", "inputs"))
-        fault = {"n_bad": int(_pick(frng, (1, 1, 2, 3))), "mode": mode, "scale": _logu(frng, 3.0, 20.0)}
+        mode = "labels" if family in ("rnnlm", "tflm") else pick(frng, ("labels", "inputs"))
+        fault = {"n_bad": int(pick(frng, (1, 1, 2, 3))), "mode": mode, "scale": log_uniform(frng, 3.0, 20.0)}
     elif kind == "grad_explosion":
         if family in ("rnnlm", "tflm"):
-            target = "head" if family == "rnnlm" else _pick(frng, ("head", "ln_f"))
-            fault = {"mode": "weights", "target": target, "scale": _logu(frng, 5.0, 100.0)}
+            target = "head" if family == "rnnlm" else pick(frng, ("head", "ln_f"))
+            fault = {"mode": "weights", "target": target, "scale": log_uniform(frng, 5.0, 100.0)}
         else:
-            mode = _pick(frng, ("weights", "inputs"))
-            fault = {"mode": mode, "target": int(frng.integers(0, 2)), "scale": _logu(frng, 5.0, 100.0)}
+            mode = pick(frng, ("weights", "inputs"))
+            fault = {"mode": mode, "target": int(frng.integers(0, 2)), "scale": log_uniform(frng, 5.0, 100.0)}
     elif kind == "vanishing_gradient":
         depth = int(arch["depth"])
         k = int(frng.integers(3, 7))
         start = int(frng.integers(1, depth - k - 1))
         if arch["activation"] == "tanh":
-            fault = {"mode": "saturate", "layers": list(range(start, start + k)), "shift": _logu(frng, 3.0, 30.0)}
+            fault = {"mode": "saturate", "layers": list(range(start, start + k)),
+                     "shift": log_uniform(frng, 3.0, 30.0)}
         else:
-            fault = {"mode": "scale", "layers": list(range(start, start + k)), "scale": _logu(frng, 1e-3, 3e-2)}
+            fault = {"mode": "scale", "layers": list(range(start, start + k)), "scale": log_uniform(frng, 1e-3, 3e-2)}
     elif kind == "dead_units":
         frac = float(frng.uniform(0.6, 0.9)) if frng.random() < 0.25 else float(frng.uniform(0.9, 1.0))
         fault = {"layer": int(frng.integers(0, _n_dead_targets(family, arch))), "fraction": frac,
-                 "bias": -_logu(frng, 10.0, 100.0)}
+                 "bias": -log_uniform(frng, 10.0, 100.0)}
     elif kind == "silent_collapse":
         onset = int(frng.uniform(0.25, 0.7) * steps)
-        fault = {"ramp": int(_pick(frng, (1, 20, 60, 200)))}
+        fault = {"ramp": int(pick(frng, (1, 20, 60, 200)))}
         if schedule.startswith("warmup"):
             warmup = min(warmup, onset - 1)
     elif kind == "overfitting":
         onset = int(frng.uniform(0.2, 0.4) * steps)
         steps = max(steps, 600 if lm else 900)
         onset = int(frng.uniform(0.2, 0.4) * steps)
-        fault = {"n_examples": int(_pick(frng, (200, 400, 800))) if family in ("rnnlm", "tflm")
-                 else int(_pick(frng, (16, 24, 32, 48)))}
+        fault = {"n_examples": int(pick(frng, (200, 400, 800))) if family in ("rnnlm", "tflm")
+                 else int(pick(frng, (16, 24, 32, 48)))}
         augment = (0.0, 0.0)
         val_every = 25
     return RunSpec(
@@ -226,13 +252,10 @@ def _n_dead_targets(family: str, arch: Mapping[str, Any]) -> int:
 HELDOUT_OVERSAMPLE: dict[str, float] = {"oscillation": 1.5, "silent_collapse": 1.5}
 
 
-def plan_heldout(seed: int = 1000, per_kind: int = 7, n_healthy: int = 40) -> list[Any]:
+def plan_heldout(seed: int = 1000, per_kind: int = 7, n_healthy: int = 40) -> list[RunSpec]:
     """The held-out runs: ``per_kind`` runs per fault kind (times :data:`HELDOUT_OVERSAMPLE`),
     families rotating within a kind, then ``n_healthy`` healthy runs over every family.
     """
-    from trainsignals.curves import HEALTHY
-    from trainsignals.curves.real_runs import FAULT_KINDS
-
     out = []
     plan = [(k, int(round(per_kind * HELDOUT_OVERSAMPLE.get(k, 1.0)))) for k in FAULT_KINDS] + [(HEALTHY, n_healthy)]
     for kind, count in plan:
@@ -243,11 +266,9 @@ def plan_heldout(seed: int = 1000, per_kind: int = 7, n_healthy: int = 40) -> li
 
 
 def lr_factor(spec: Any, t: int) -> float:
-    """The schedule's multiplier at step ``t``: :func:`~trainsignals.curves.real_runs.schedule_factor`
+    """The schedule's multiplier at step ``t``: :func:`~trainsignals.curves.training.schedule_factor`
     plus ``cosine_restarts`` (cosine cycles of a quarter of the run, each restarting at the peak).
     """
-    from trainsignals.curves.real_runs import schedule_factor
-
     if spec.schedule == "cosine_restarts":
         period = max(spec.steps // 4, 1)
         s = (t % period) / period
@@ -290,8 +311,6 @@ class HeldoutData:
     """
 
     def __init__(self, spec: Any, torch: Any) -> None:
-        from trainsignals.curves.real_runs import _digits, corpus
-
         self.torch = torch
         self.spec = spec
         rng = np.random.default_rng(spec.seed)
@@ -316,7 +335,7 @@ class HeldoutData:
             self.majority = int(np.bincount(ids[:split]).argmax())
             return
         if spec.family in ("deepmlp",) or (self.regression and spec.arch["task"] == "autoencoder"):
-            X, y = _digits()
+            X, y = digits()
             X = np.asarray(X, dtype=np.float64)
         elif self.regression:
             X, y = _tabular("regression")
@@ -600,8 +619,6 @@ class _Ctx:
         return other
 
     def step(self, t: int, *, fault: bool, mult: float | None, watcher: Any = None) -> float:
-        from trainsignals.curves.real_runs import fault_lr_factor
-
         spec, torch, data, model, opt = self.spec, self.torch, self.data, self.model, self.opt
         lr = spec.lr * lr_factor(spec, t) * (fault_lr_factor(spec, t, mult) if fault else 1.0)
         for group in opt.param_groups:
@@ -633,19 +650,6 @@ class _Ctx:
         return float(loss.detach())
 
 
-def _watch(ctx: _Ctx, total: int) -> tuple[Any, Any]:
-    import trainsignals as ts
-    from trainsignals.adapters.torch import TorchWatcher
-    from trainsignals.curves.real_runs import _Collector
-
-    collector = _Collector()
-    quiet: dict[str, Any] = {name: False for name in ts.Monitor().detectors}
-    monitor = ts.Monitor(total_steps=total, recorder=collector, **quiet)
-    watcher = TorchWatcher(ctx.model, ctx.opt, monitor, per_layer=ctx.spec.per_layer,  # type: ignore[arg-type]
-                           update_ratio_every=1, activations_every=10)
-    return watcher, collector
-
-
 def _states(ctx: _Ctx) -> tuple[Any, Any, Any]:
     return ctx.torch.get_rng_state(), ctx.data.gen.get_state(), ctx.data.fgen.get_state()
 
@@ -660,9 +664,7 @@ def twin_length(spec: Any) -> int:
     """Steps the counterfactual twin runs from the onset: the kind's window (plus 10), at most
     to the end of the run.
     """
-    from trainsignals.curves.real_runs import _window
-
-    return min(spec.steps - spec.onset, _window(spec.kind, spec.steps) + 10)
+    return min(spec.steps - spec.onset, default_window(spec.kind, spec.steps) + 10)
 
 
 def _run_twin(ctx: _Ctx) -> dict[str, Any]:
@@ -671,7 +673,7 @@ def _run_twin(ctx: _Ctx) -> dict[str, Any]:
     saved = _states(ctx)
     twin = ctx.fork()
     n = twin_length(spec)
-    watcher, collector = _watch(twin, spec.steps)
+    watcher, collector = watch(twin.model, twin.opt, spec)
     try:
         for t in range(spec.onset, spec.onset + n):
             twin.step(t, fault=False, mult=None, watcher=watcher)
@@ -694,12 +696,12 @@ def _run_twin(ctx: _Ctx) -> dict[str, Any]:
 
 
 def _edge(ctx: _Ctx, history: list[float]) -> tuple[float, list[list[Any]]]:
-    """The edge-of-stability multiplier, swept on copies of the run (see real_runs)."""
-    from trainsignals.curves.real_runs import _divergence_verdict, _oscillation_verdict, _window
-
+    """The edge-of-stability multiplier, swept on copies of the run (as in
+    :mod:`~trainsignals.curves.real_runs`).
+    """
     spec = ctx.spec
     f, t0, n = spec.fault, spec.onset, spec.steps
-    w = min(_window("oscillation", n), n - 1 - t0)
+    w = min(default_window("oscillation", n), n - 1 - t0)
     mult = float(f["start"])
     tried: list[list[Any]] = []
     for _ in range(int(f["tries"])):
@@ -718,10 +720,10 @@ def _edge(ctx: _Ctx, history: list[float]) -> tuple[float, list[list[Any]]]:
         series[t0:t0 + len(losses)] = losses
         if len(losses) < w + 1:
             series[t0 + len(losses):] = math.inf
-        if _divergence_verdict(series, t0).passed:
+        if divergence_verdict(series, t0).passed:
             tried.append([mult, "diverges"])
             return mult, tried
-        if _oscillation_verdict(series, t0).passed:
+        if oscillation_verdict(series, t0).passed:
             tried.append([mult, "oscillation"])
             return mult, tried
         tried.append([mult, "stable"])
@@ -733,10 +735,8 @@ def train(spec: Any, torch: Any) -> tuple[Any, dict[str, Any]]:
     """Train a held-out run; ``(curve, info)``, ``info["twin"]`` the counterfactual twin's trace
     (faulty runs), ``info["lr_mult"]`` the edge-of-stability multiplier (oscillation runs).
     """
-    from trainsignals.curves.real_runs import _to_curve
-
     ctx = _Ctx(spec, torch)
-    watcher, collector = _watch(ctx, spec.steps)
+    watcher, collector = watch(ctx.model, ctx.opt, spec)
     info: dict[str, Any] = {}
     mult: float | None = None
     try:
@@ -750,17 +750,15 @@ def train(spec: Any, torch: Any) -> tuple[Any, dict[str, Any]]:
             ctx.step(t, fault=True, mult=mult, watcher=watcher)
     finally:
         watcher.close()
-    return _to_curve(spec, collector.rows, watcher), info
+    return to_curve(spec, collector.rows, watcher), info
 
 
 # ------------------------------------------------------------------------------------ twin labels
 
 
 def _resid_sd(x: np.ndarray) -> float:
-    from trainsignals.curves.real_runs import _robust_sd, _running_median
-
     with np.errstate(invalid="ignore"):
-        return _robust_sd(x - _running_median(x, 21))
+        return robust_sd(x - running_median(x, 21))
 
 
 def _lg(x: np.ndarray) -> np.ndarray:
@@ -790,8 +788,6 @@ def twin_check(curve: Any, kind: str, twin: Mapping[str, Any]) -> dict[str, Any]
     Returns:
         ``{"kind", "visible", "effect", "threshold", "noise"}`` (the figures the manifest records).
     """
-    from trainsignals.curves.real_runs import _running_median
-
     s = int(twin["start"])
     n = len(twin["loss"])
     out: dict[str, Any] = {"kind": kind, "twin_start": s, "twin_steps": n}
@@ -805,7 +801,7 @@ def twin_check(curve: Any, kind: str, twin: Mapping[str, Any]) -> dict[str, Any]
         if not np.isfinite(f).all():
             effect, thr = math.inf, 0.0
         else:
-            effect = float(np.nanmax(np.abs(_running_median(_lg(f) - _lg(tw), 9))))
+            effect = float(np.nanmax(np.abs(running_median(_lg(f) - _lg(tw), 9))))
             thr = max(4 * sd / 3, math.log(1.1))
     elif kind == "oscillation":
         sf = _resid_sd(_lg(f)) if np.isfinite(f).all() else math.inf
@@ -842,7 +838,7 @@ def twin_check(curve: Any, kind: str, twin: Mapping[str, Any]) -> dict[str, Any]
 
 
 def label_with_twin(raw: Any, twin: Mapping[str, Any] | None) -> tuple[Any, Any, list[Any], dict[str, Any] | None]:
-    """:func:`~trainsignals.curves.real_runs.label_run`, then the twin check of the label it gives.
+    """:func:`~trainsignals.curves.labels.label_run`, then the twin check of the label it gives.
 
     A faulty run whose fault made no visible difference to its twin (on the kind it was
     labelled, or, when the rule check dropped it, on its intended kind) is relabelled healthy
@@ -851,9 +847,6 @@ def label_with_twin(raw: Any, twin: Mapping[str, Any] | None) -> tuple[Any, Any,
     Returns:
         ``(curve or None, the deciding check, every check made, the twin figures or None)``.
     """
-    from trainsignals.curves import HEALTHY
-    from trainsignals.curves.real_runs import _check_healthy, _relabel, label_run
-
     curve, decided, made = label_run(raw)
     if twin is None or raw.kind == HEALTHY:
         return curve, decided, made, None
@@ -861,11 +854,11 @@ def label_with_twin(raw: Any, twin: Mapping[str, Any] | None) -> tuple[Any, Any,
     tc = twin_check(raw, kind, twin)
     if tc["visible"]:
         return curve, decided, made, tc
-    res = _check_healthy(raw)
+    res = check_healthy(raw)
     made = [*made, res]
     if not res.passed:
         return None, res, made, tc
-    healthy = _relabel(raw, HEALTHY, -1)
+    healthy = relabel(raw, HEALTHY, -1)
     d = {f: getattr(healthy, f) for f in healthy.__dataclass_fields__}
     d["name"] = f"healthy-{raw.difficulty}-{raw.name.rsplit('-', 1)[-1]}-nofault-{raw.kind}"
     return type(healthy)(**d), res, made, tc

@@ -74,45 +74,9 @@ signals (never on a detector's output); a run whose check fails is relabelled to
 kind if that kind's check passes, or dropped; the manifest lists the dropped runs with their
 checks. Learning-rate bumps are checked for a divergence first: a bump meant to make the loss
 oscillate that made the run diverge is a divergence; a bump meant to make it diverge that
-made it swing without diverging is an oscillation. The checks (:func:`check_label`); "level" is a median,
-"smoothed" a centred running median of 9 steps, the "pre-onset level" the level of the 50
-steps before the onset, ``W`` the bench's detection window of the kind
-(:func:`trainsignals.kinds.default_window`):
-
-* ``divergence``: within ``W`` steps of the onset the loss becomes non-finite, or its smoothed
-  value climbs to 4x the pre-onset level (or to 2x and above the run's initial level: the run
-  lost all its progress) and the level of the window's last 20 steps is still at least 2x the
-  pre-onset level (no recovery: a transient jump is not a divergence);
-* ``stall``: the log-loss fell by at least 0.05 per 100 steps before the onset (levels of the
-  two 50..100-step blocks before it), and over the ``W`` steps after it falls at less than a
-  tenth of that rate (levels of the first and last 75 steps) and rises by less than 25 %;
-* ``oscillation``: the robust spread (1.4826 MAD) of the loss around its running median (21
-  steps) over onset + 5 .. onset + ``W`` is at least twice that of the 100 steps before the
-  onset, the loss makes no net progress (its level is not below the pre-onset level) and
-  stays finite;
-* ``loss_spike``: a loss within 3 steps of the onset is at least 2x the pre-onset level and 8
-  robust noise units (spread around the running median) above it, and the smoothed loss is
-  back within 1.5x of that level within 30 steps;
-* ``grad_explosion``: a grad norm within 3 steps of the onset is at least 10x its level over
-  the 50 steps before (or non-finite);
-* ``vanishing_gradient``: some layer's grad norm level over onset + 10 .. onset + 60 is at
-  least 2 decades below its pre-onset level, while another layer keeps at least a tenth of its
-  own;
-* ``dead_units``: an activation layer that was less than 50 % dead before the onset is at
-  least 90 % dead in 3 consecutive samples within ``W`` steps;
-* ``silent_collapse``: after the onset the smoothed loss never rises above 1.25x its value at
-  the onset within 100 steps, falls to at most half of it within ``W`` steps, the grad norm
-  level falls at least a decade, and the validation loss (on the true labels) rises at least
-  25 % above its last value before the onset;
-* ``overfitting``: at least 5 validations after the onset; they rise (Kendall's tau against
-  their steps >= 0.5, the last three at least 10 % above the onset's) while the training loss
-  level of the last 50 steps is at least 10 % below that around the onset;
-* ``healthy``: finite everywhere; the loss level of the last 5 % is at most 0.7x that of the
-  first 20 steps; the smoothed (51-step) loss never gives back more than 25 % of the progress
-  made so far; no steady rise of the validation loss after its best (5 validations, Kendall's
-  tau >= 0.5, 10 % up); no activation layer 90 % dead or 50 % saturated in 3 consecutive
-  samples; the grad norm level of the last 10 % is at least 1/30 of that of steps 10..60; every
-  layer's grad norm level (second half) is within 3 decades of the median layer's.
+made it swing without diverging is an oscillation. The checks are those of
+:mod:`trainsignals.curves.labels` (:func:`~trainsignals.curves.labels.check_label`,
+:func:`~trainsignals.curves.labels.label_run`; its docstring states each check).
 
 **Storage**: :func:`build` writes ``datasets/real`` in exactly the format of the synthetic suite
 (:func:`trainsignals.curves.write_suite`: one zstd Arrow IPC file per kind plus
@@ -133,16 +97,23 @@ its run). To reproduce a run in your own process, set :data:`CPU_KERNELS` in the
 before importing torch (not in a process that also uses ``torch.compile``: with
 ``ATEN_CPU_CAPABILITY=default`` inductor's generated C++ failed to compile here).
 
-**Held-out suite**: ``build --heldout`` trains the families of :data:`HELDOUT_FAMILIES`
-(:mod:`trainsignals.curves.families`: recurrent and transformer character LMs, deep ReLU/tanh MLPs,
-tabular classification, MSE autoencoders and regressions) into ``datasets/real_heldout``, each
-faulty run's label also checked against a counterfactual twin continued from the onset without
-the fault; no detector threshold is ever chosen on that suite.
+**Held-out suite**: ``build --heldout`` trains the families of
+:data:`~trainsignals.curves.families.HELDOUT_FAMILIES` (:mod:`trainsignals.curves.families`:
+recurrent and transformer character LMs, deep ReLU/tanh MLPs, tabular classification, MSE
+autoencoders and regressions) into ``datasets/real_heldout``, each faulty run's label also
+checked against a counterfactual twin continued from the onset without the fault; no detector
+threshold is ever chosen on that suite.
 
 Command::
 
     python -m trainsignals.curves.real_runs build --seed 0 [--out DIR] [--jobs 2]
     python -m trainsignals.curves.real_runs build --heldout --seed 1000 --jobs 2 --out datasets/real_heldout
+
+What the families share (:class:`~trainsignals.curves.training.RunSpec`, the seeded draws, the
+corpus and the digits, the learning-rate factors, the recorder, the assembly of a curve) is in
+:mod:`trainsignals.curves.training`, the label checks in :mod:`trainsignals.curves.labels`; this
+module hands the held-out runs to :mod:`~trainsignals.curves.families`, which imports neither it
+nor anything private.
 
 ``import trainsignals`` never imports torch; this module imports it inside the functions that
 train (and needs scikit-learn for the digits).
@@ -157,15 +128,36 @@ import json
 import math
 import platform
 import time
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trainsignals.curves import HEALTHY, Curve, write_suite
+from trainsignals.curves import HEALTHY, Curve, families, write_suite
+from trainsignals.curves.families import HELDOUT_FAMILIES
+from trainsignals.curves.labels import (
+    CheckResult,
+    check_label,
+    divergence_verdict,
+    label_run,
+    oscillation_verdict,
+)
+from trainsignals.curves.training import (
+    FAULT_KINDS,
+    RunSpec,
+    corpus,
+    digits,
+    fault_lr_factor,
+    log_uniform,
+    pick,
+    schedule_factor,
+    seeded_rng,
+    to_curve,
+    watch,
+)
+from trainsignals.kinds import default_window
 
 #: Environment that pins the CPU kernels of :func:`build`'s workers, so that a run gives the same
 #: values on every x86-64 CPU: ``ATEN_CPU_CAPABILITY=default`` (torch's portable kernels rather
@@ -194,16 +186,6 @@ __all__ = [
 FAMILIES: tuple[str, ...] = ("mlp", "cnn", "deep", "charlm")
 """The model families."""
 
-HELDOUT_FAMILIES: tuple[str, ...] = ("rnnlm", "tflm", "deepmlp", "tabular", "mse")
-"""The held-out suite's model families (:mod:`trainsignals.curves.families`; never in the
-committed ``datasets/real``): no detector threshold is chosen on their runs."""
-
-FAULT_KINDS: tuple[str, ...] = (
-    "divergence", "stall", "oscillation", "loss_spike", "grad_explosion",
-    "vanishing_gradient", "dead_units", "silent_collapse", "overfitting",
-)
-"""The failure kinds injected, in :class:`trainsignals.Kind` order."""
-
 FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
     "divergence": FAMILIES,
     "stall": FAMILIES,
@@ -219,20 +201,7 @@ FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
 dead units a ReLU net; scaling a saturating net's weights or inputs up saturates its units and
 makes the gradients smaller, not larger, so gradient explosions are injected into ReLU nets."""
 
-#: Kinds a run is relabelled to, in order, when the check of its intended kind fails.
-FALLBACKS: dict[str, tuple[str, ...]] = {
-    "divergence": ("oscillation",),
-    "oscillation": ("divergence",),
-}
-
-#: Kinds checked *before* the intended one: a learning-rate bump that blew the run up (the loss
-#: lost all its progress or climbed 4x, and did not come back) is a divergence, whatever it was
-#: meant to do.
-PRECEDENCE: dict[str, tuple[str, ...]] = {"oscillation": ("divergence",)}
-
 FORMAT_NOTE = "trainsignals real runs: difficulty = model family"
-_CORPUS_MODULES = ("textwrap", "string", "fnmatch", "glob", "shlex", "tokenize")
-_CORPUS_CHARS = 60_000
 _MIN_STEPS, _MAX_STEPS = 600, 2000
 
 
@@ -246,68 +215,6 @@ def default_directory(heldout: bool = False) -> Path:
 # ------------------------------------------------------------------------------------ the plan
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything that defines one run: model, data, optimizer, schedule and the fault.
-
-    Attributes:
-        name: ``"{kind}-{family}-{seed}"``.
-        kind: The intended label: ``"healthy"`` or a fault kind.
-        family: One of :data:`FAMILIES`.
-        seed: Seed of the run (torch and the batch sampler).
-        steps: Optimizer steps.
-        optimizer: ``"sgd"``, ``"sgdm"`` (momentum 0.9) or ``"adamw"``.
-        lr: Peak learning rate.
-        weight_decay: Weight decay.
-        schedule: ``"constant"``, ``"cosine"``, ``"warmup_cosine"``, ``"warmup_linear"`` or ``"step"``.
-        warmup: Warmup steps (linear from ``lr / warmup``).
-        batch_size: Batch size.
-        arch: Architecture settings of the family (widths, depth, activation...).
-        augment: Digits only: ``(shift probability, noise sd)``.
-        val_every: Steps between validations (validation at step 0 too when ``val_at_zero``).
-        val_at_zero: Whether to validate at step 0.
-        per_layer: ``TorchWatcher``'s ``per_layer``: ``"module"`` or ``"parameter"``.
-        clip: Gradient clipping's max norm (``clip_grad_norm_``), 0 for none; the grad norms are
-            measured before clipping (``TorchWatcher.capture_grads``).
-        onset: Injection step; ``-1`` for a healthy run.
-        fault: The fault's parameters (see the module docstring).
-    """
-
-    name: str
-    kind: str
-    family: str
-    seed: int
-    steps: int
-    optimizer: str
-    lr: float
-    weight_decay: float
-    schedule: str
-    warmup: int
-    batch_size: int
-    arch: dict[str, Any]
-    augment: tuple[float, float]
-    val_every: int
-    val_at_zero: bool
-    per_layer: str
-    clip: float = 0.0
-    onset: int = -1
-    fault: dict[str, Any] = field(default_factory=dict)
-
-
-def _rng(*parts: Any) -> np.random.Generator:
-    entropy = [p if isinstance(p, int) else zlib.crc32(str(p).encode()) for p in parts]
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
-
-
-def _logu(rng: np.random.Generator, lo: float, hi: float) -> float:
-    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-
-
-def _pick(rng: np.random.Generator, options: Sequence[Any], p: Sequence[float] | None = None) -> Any:
-    i = int(rng.choice(len(options), p=None if p is None else np.asarray(p) / np.sum(p)))
-    return options[i]
-
-
 #: Healthy peak learning rates per (family, optimizer).
 _LR: dict[tuple[str, str], tuple[float, float]] = {
     ("mlp", "sgd"): (0.03, 0.2), ("mlp", "sgdm"): (0.005, 0.03), ("mlp", "adamw"): (5e-4, 3e-3),
@@ -319,55 +226,55 @@ _LR: dict[tuple[str, str], tuple[float, float]] = {
 
 def _draw_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
     """Draw one run's configuration (and its fault's) from ``(seed, kind, family, index)``."""
-    rng = _rng(seed, kind, family, index)
+    rng = seeded_rng(seed, kind, family, index)
     run_seed = int(rng.integers(0, 2**31 - 1))
-    steps = int(round(_logu(rng, _MIN_STEPS, _MAX_STEPS)))
-    optimizer = _pick(rng, ("sgd", "sgdm", "adamw"))
-    lr = _logu(rng, *_LR[(family, optimizer)])
-    deep_act = _pick(rng, ("sigmoid", "tanh")) if family == "deep" else "relu"
+    steps = int(round(log_uniform(rng, _MIN_STEPS, _MAX_STEPS)))
+    optimizer = pick(rng, ("sgd", "sgdm", "adamw"))
+    lr = log_uniform(rng, *_LR[(family, optimizer)])
+    deep_act = pick(rng, ("sigmoid", "tanh")) if family == "deep" else "relu"
     if deep_act == "sigmoid":    # deep sigmoid nets train only with Adam in a few hundred steps
         optimizer = "adamw"
-        lr = _logu(rng, 4e-3, 1e-2)
+        lr = log_uniform(rng, 4e-3, 1e-2)
     if optimizer == "adamw":
-        weight_decay = _logu(rng, 1e-4, 3e-2)
+        weight_decay = log_uniform(rng, 1e-4, 3e-2)
     else:
-        weight_decay = 0.0 if rng.random() < 0.5 else _logu(rng, 1e-5, 5e-4)
-    schedule = _pick(rng, ("constant", "cosine", "warmup_cosine", "warmup_linear", "step"), (2, 2, 3, 2, 2))
+        weight_decay = 0.0 if rng.random() < 0.5 else log_uniform(rng, 1e-5, 5e-4)
+    schedule = pick(rng, ("constant", "cosine", "warmup_cosine", "warmup_linear", "step"), (2, 2, 3, 2, 2))
     warmup = int(rng.uniform(0.02, 0.1) * steps) if schedule.startswith("warmup") else 0
-    batch_size = int(_pick(rng, (16, 32, 64)))
+    batch_size = int(pick(rng, (16, 32, 64)))
     if family == "mlp":
-        width = int(_pick(rng, (32, 64, 96)))
-        arch: dict[str, Any] = {"widths": [width] * int(_pick(rng, (2, 3))), "activation": "relu"}
+        width = int(pick(rng, (32, 64, 96)))
+        arch: dict[str, Any] = {"widths": [width] * int(pick(rng, (2, 3))), "activation": "relu"}
     elif family == "cnn":
-        c1 = int(_pick(rng, (6, 8, 12)))
-        arch = {"channels": [c1, 2 * c1], "hidden": int(_pick(rng, (32, 48))), "activation": "relu"}
+        c1 = int(pick(rng, (6, 8, 12)))
+        arch = {"channels": [c1, 2 * c1], "hidden": int(pick(rng, (32, 48))), "activation": "relu"}
     elif family == "deep":
-        depth = 6 if deep_act == "sigmoid" else int(_pick(rng, (6, 8, 10)))
-        arch = {"widths": [int(_pick(rng, (32, 48)))] * depth, "activation": deep_act}
+        depth = 6 if deep_act == "sigmoid" else int(pick(rng, (6, 8, 10)))
+        arch = {"widths": [int(pick(rng, (32, 48)))] * depth, "activation": deep_act}
     else:
-        arch = {"context": int(_pick(rng, (8, 12, 16))), "embed": int(_pick(rng, (8, 16))),
-                "widths": [int(_pick(rng, (64, 128)))] * int(_pick(rng, (1, 2))),
-                "activation": "relu" if kind == "dead_units" else _pick(rng, ("relu", "tanh"), (3, 1))}
+        arch = {"context": int(pick(rng, (8, 12, 16))), "embed": int(pick(rng, (8, 16))),
+                "widths": [int(pick(rng, (64, 128)))] * int(pick(rng, (1, 2))),
+                "activation": "relu" if kind == "dead_units" else pick(rng, ("relu", "tanh"), (3, 1))}
     if family == "charlm":
         augment = (0.0, 0.0)
     else:
-        augment = (float(_pick(rng, (0.0, 0.5, 0.8), (1, 2, 2))), float(_pick(rng, (0.0, 0.05, 0.1))))
-    val_every = int(_pick(rng, (25, 50, 100), (2, 2, 1)))
+        augment = (float(pick(rng, (0.0, 0.5, 0.8), (1, 2, 2))), float(pick(rng, (0.0, 0.05, 0.1))))
+    val_every = int(pick(rng, (25, 50, 100), (2, 2, 1)))
     if kind == "overfitting":
         val_every = min(val_every, 50)
-    per_layer = _pick(rng, ("module", "parameter"), (3, 2))
-    clip = float(_pick(rng, (1.0, 2.0, 5.0))) if rng.random() < 0.3 else 0.0
+    per_layer = pick(rng, ("module", "parameter"), (3, 2))
+    clip = float(pick(rng, (1.0, 2.0, 5.0))) if rng.random() < 0.3 else 0.0
     onset = -1
     fault: dict[str, Any] = {}
-    frng = _rng(seed, kind, family, index, "fault")
+    frng = seeded_rng(seed, kind, family, index, "fault")
     if kind != HEALTHY:
         onset = int(frng.uniform(0.3, 0.7) * steps)
     if kind == "divergence":
         lo, hi = {"sgd": (30.0, 300.0), "sgdm": (30.0, 300.0), "adamw": (50.0, 1000.0)}[optimizer]
-        fault = {"lr_mult": _logu(frng, lo, hi), "ramp": int(_pick(frng, (0, 0, 10, 30, 60)))}
+        fault = {"lr_mult": log_uniform(frng, lo, hi), "ramp": int(pick(frng, (0, 0, 10, 30, 60)))}
     elif kind == "stall":
         onset = int(frng.uniform(0.2, 0.45) * steps)
-        fault = {"lr_mult": _logu(frng, 1e-4, 1e-3), "ramp": int(_pick(frng, (0, 0, 5, 30)))}
+        fault = {"lr_mult": log_uniform(frng, 1e-4, 1e-3), "ramp": int(pick(frng, (0, 0, 5, 30)))}
         if schedule == "constant" or schedule == "step":
             schedule = "warmup_cosine"
             warmup = int(0.03 * steps)
@@ -378,22 +285,22 @@ def _draw_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
             schedule, warmup = "constant", 0
     elif kind == "loss_spike":
         onset = int(frng.uniform(0.45, 0.8) * steps)
-        mode = _pick(frng, ("labels", "inputs")) if family != "charlm" else "labels"
-        fault = {"n_bad": int(_pick(frng, (1, 1, 2, 3))), "mode": mode, "scale": _logu(frng, 4.0, 15.0)}
+        mode = pick(frng, ("labels", "inputs")) if family != "charlm" else "labels"
+        fault = {"n_bad": int(pick(frng, (1, 1, 2, 3))), "mode": mode, "scale": log_uniform(frng, 4.0, 15.0)}
     elif kind == "grad_explosion":
-        mode = _pick(frng, ("weights", "inputs")) if family != "charlm" else "weights"
+        mode = pick(frng, ("weights", "inputs")) if family != "charlm" else "weights"
         layer = 0 if family == "charlm" else int(frng.integers(0, 2))
         fault = {"mode": mode, "layer": layer,
-                 "scale": _logu(frng, 20.0, 100.0) if mode == "weights" else _logu(frng, 30.0, 100.0)}
+                 "scale": log_uniform(frng, 20.0, 100.0) if mode == "weights" else log_uniform(frng, 30.0, 100.0)}
     elif kind == "vanishing_gradient":
         depth = len(arch["widths"])
         k = int(frng.integers(3, min(5, depth - 1)))
         start = int(frng.integers(1, depth - k))
-        fault = {"layers": list(range(start, start + k)), "scale": _logu(frng, 1e-3, 5e-3)}
+        fault = {"layers": list(range(start, start + k)), "scale": log_uniform(frng, 1e-3, 5e-3)}
     elif kind == "dead_units":
         n_hidden = _n_relu_layers(family, arch)
         fault = {"layer": int(frng.integers(0, n_hidden)), "fraction": float(frng.uniform(0.92, 1.0)),
-                 "bias": -_logu(frng, 20.0, 100.0)}
+                 "bias": -log_uniform(frng, 20.0, 100.0)}
     elif kind == "silent_collapse":
         onset = int(frng.uniform(0.04, 0.15) * steps)
         if schedule.startswith("warmup"):
@@ -401,7 +308,7 @@ def _draw_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
         fault = {}
     elif kind == "overfitting":
         onset = int(frng.uniform(0.2, 0.45) * steps)
-        fault = {"n_examples": int(_pick(frng, (16, 24, 32, 48)))}
+        fault = {"n_examples": int(pick(frng, (16, 24, 32, 48)))}
         augment = (0.0, 0.0)
     return RunSpec(
         name=f"{kind}-{family}-{index}", kind=kind, family=family, seed=run_seed, steps=steps,
@@ -464,38 +371,6 @@ def plan_suite(seed: int = 0, per_kind: int = 16, n_healthy: int = 128) -> list[
 # ------------------------------------------------------------------------------------ data
 
 
-_CACHE: dict[str, Any] = {}
-
-
-def corpus() -> str:
-    """The character-level language model's text: the source of a few standard-library modules.
-
-    Printable ASCII only (anything else becomes ``?``), the first 60,000 characters.
-    """
-    if "corpus" not in _CACHE:
-        import importlib.util
-
-        parts = []
-        for mod in _CORPUS_MODULES:
-            spec = importlib.util.find_spec(mod)
-            if spec is None or spec.origin is None:
-                raise RuntimeError(f"standard-library module {mod!r} has no source file")
-            parts.append(Path(spec.origin).read_text(encoding="utf-8"))
-        text = "\n".join(parts)
-        text = "".join(ch if (32 <= ord(ch) < 127 or ch == "\n") else "?" for ch in text)
-        _CACHE["corpus"] = text[:_CORPUS_CHARS]
-    return str(_CACHE["corpus"])
-
-
-def _digits() -> tuple[np.ndarray, np.ndarray]:
-    if "digits" not in _CACHE:
-        from sklearn.datasets import load_digits
-
-        X, y = load_digits(return_X_y=True)
-        _CACHE["digits"] = (np.asarray(X, dtype=np.float32) / 16.0, np.asarray(y, dtype=np.int64))
-    return _CACHE["digits"]  # type: ignore[no-any-return]
-
-
 class _Data:
     """Train/validation tensors and a seeded batch sampler for one run."""
 
@@ -521,7 +396,7 @@ class _Data:
             self.y_val = self.ids[torch.tensor(val_pos)]
             self.majority = int(np.bincount(ids[:split]).argmax())
         else:
-            X, y = _digits()
+            X, y = digits()
             perm = rng.permutation(len(X))
             n_train = int(0.75 * len(X))
             tr, va = perm[:n_train], perm[n_train:]
@@ -640,51 +515,7 @@ def _optimizer(spec: RunSpec, model: Any, torch: Any) -> Any:
     return torch.optim.SGD(params, lr=spec.lr, momentum=momentum, weight_decay=spec.weight_decay)
 
 
-def schedule_factor(spec: RunSpec, t: int) -> float:
-    """The schedule's multiplier of the peak learning rate at step ``t`` (no fault)."""
-    n, w = spec.steps, spec.warmup
-    if w and t < w:
-        return (t + 1) / w
-    s = (t - w) / max(n - w, 1)
-    if spec.schedule in ("cosine", "warmup_cosine"):
-        return 0.02 + 0.98 * 0.5 * (1.0 + math.cos(math.pi * s))
-    if spec.schedule == "warmup_linear":
-        return 1.0 - 0.95 * s
-    if spec.schedule == "step":
-        return 1.0 if s < 0.5 else (0.3 if s < 0.75 else 0.1)
-    return 1.0
-
-
-def fault_lr_factor(spec: RunSpec, t: int, mult: float | None = None) -> float:
-    """The fault's multiplier of the learning rate at step ``t`` (1 before the onset).
-
-    ``mult`` overrides ``spec.fault["lr_mult"]`` (the edge-of-stability multiplier found at the onset).
-    """
-    mult = spec.fault.get("lr_mult") if mult is None else mult
-    if mult is None or isinstance(mult, str) or t < spec.onset:
-        return 1.0
-    ramp = int(spec.fault.get("ramp", 0))
-    if ramp <= 0:
-        return float(mult)
-    frac = min((t - spec.onset + 1) / ramp, 1.0)
-    return float(mult) ** frac
-
-
 # ------------------------------------------------------------------------------------ training
-
-
-class _Collector:
-    """A :class:`trainsignals.Recorder` that keeps every step the Monitor sees."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, dict[str, float], Any, Any]] = []
-
-    def record(self, *, step: int, signals: Mapping[str, float], layer_grad_norms: Any,
-               activations: Any, events: Sequence[Any]) -> None:
-        self.rows.append((step, dict(signals), layer_grad_norms, activations))
-
-    def record_batch(self, **kwargs: Any) -> None:  # pragma: no cover - the generator streams
-        raise NotImplementedError("the real-run generator only streams updates")
 
 
 def _inject_weights(spec: RunSpec, model: Any, torch: Any) -> None:
@@ -752,21 +583,12 @@ def train_with_info(spec: RunSpec) -> tuple[Curve, dict[str, Any]]:
 
 def _train(spec: RunSpec, torch: Any) -> tuple[Curve, dict[str, Any]]:
     if spec.family in HELDOUT_FAMILIES:
-        from trainsignals.curves import families
-
         return families.train(spec, torch)
-    import trainsignals as ts
-    from trainsignals.adapters.torch import TorchWatcher
-
     torch.manual_seed(spec.seed)
     data = _Data(spec, torch)
     model = _model(spec, data.n_classes, torch)
     opt = _optimizer(spec, model, torch)
-    collector = _Collector()
-    quiet: dict[str, Any] = {name: False for name in ts.Monitor().detectors}   # record only: no detector runs
-    monitor = ts.Monitor(total_steps=spec.steps, recorder=collector, **quiet)
-    watcher = TorchWatcher(model, opt, monitor, per_layer=spec.per_layer,   # type: ignore[arg-type]
-                           update_ratio_every=1, activations_every=10)
+    watcher, collector = watch(model, opt, spec)
     loss_fn = torch.nn.functional.cross_entropy
     info: dict[str, Any] = {}
     mult: float | None = None
@@ -801,7 +623,7 @@ def _train(spec: RunSpec, torch: Any) -> tuple[Curve, dict[str, Any]]:
             watcher.update(loss=loss.detach(), val_loss=val)
     finally:
         watcher.close()
-    return _to_curve(spec, collector.rows, watcher), info
+    return to_curve(spec, collector.rows, watcher), info
 
 
 def _probe(spec: RunSpec, model: Any, opt: Any, data: _Data, t0: int, mult: float, n_steps: int,
@@ -853,7 +675,7 @@ def _edge_of_stability(spec: RunSpec, model: Any, opt: Any, data: _Data, history
     f = spec.fault
     t0 = spec.onset
     n = spec.steps
-    w = min(_window("oscillation", n), n - 1 - t0)
+    w = min(default_window("oscillation", n), n - 1 - t0)
     mult = float(f["start"])
     tried: list[list[Any]] = []
     for _ in range(int(f["tries"])):
@@ -863,439 +685,16 @@ def _edge_of_stability(spec: RunSpec, model: Any, opt: Any, data: _Data, history
         series[t0:t0 + len(losses)] = losses
         if len(losses) < w + 1:
             series[t0 + len(losses):] = math.inf
-        if _divergence_verdict(series, t0).passed:
+        if divergence_verdict(series, t0).passed:
             tried.append([mult, "diverges"])
             return mult, tried
-        osc = _oscillation_verdict(series, t0)
+        osc = oscillation_verdict(series, t0)
         if osc.passed:
             tried.append([mult, "oscillation"])
             return mult, tried
         tried.append([mult, "stable"])
         mult *= float(f["factor"])
     return mult / float(f["factor"]), tried
-
-
-def _f32(a: Any) -> np.ndarray:
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(a, dtype=np.float64).astype(np.float32).astype(np.float64)
-
-
-def _to_curve(spec: RunSpec, rows: list[tuple[int, dict[str, float], Any, Any]], watcher: Any) -> Curve:
-    n = spec.steps
-    if len(rows) != n or [r[0] for r in rows] != list(range(n)):
-        raise RuntimeError(f"{spec.name}: recorded {len(rows)} steps, expected {n}")
-
-    def dense(key: str) -> np.ndarray:
-        return _f32([r[1].get(key, math.nan) for r in rows])
-
-    layer_names = tuple(watcher.layer_names)
-    lgn = np.full((n, len(layer_names)), np.nan)
-    for i, r in enumerate(rows):
-        if r[2] is not None:
-            lgn[i] = r[2][0]
-    val_steps = np.array([r[0] for r in rows if "val_loss" in r[1]], dtype=np.int64)
-    val_loss = _f32([r[1]["val_loss"] for r in rows if "val_loss" in r[1]])
-    act_rows = [(r[0], r[3]) for r in rows if r[3] is not None]
-    act_names: tuple[str, ...] = tuple(act_rows[0][1][1]) if act_rows else ()
-    act_steps = np.array([s for s, _ in act_rows], dtype=np.int64)
-    dead = np.array([a[0][0] for _, a in act_rows]).reshape(len(act_rows), len(act_names))
-    sat = np.array([a[0][1] for _, a in act_rows]).reshape(len(act_rows), len(act_names))
-    loss = dense("loss")
-    grad = dense("grad_norm")
-    bad = ~(np.isfinite(loss) & np.isfinite(grad))
-    return Curve(
-        name=spec.name, kind=spec.kind, onset_step=spec.onset, difficulty=spec.family, seed=spec.seed,
-        total_steps=n, steps=np.arange(n, dtype=np.int64), loss=loss, grad_norm=grad, lr=dense("lr"),
-        update_ratio=dense("update_ratio"), val_steps=val_steps, val_loss=val_loss,
-        layer_names=layer_names, layer_grad_norms=_f32(lgn), act_steps=act_steps,
-        act_layer_names=act_names, dead_frac=_f32(dead), saturation=_f32(sat),
-        first_nonfinite_step=int(np.argmax(bad)) if bad.any() else -1,
-    )
-
-
-# ------------------------------------------------------------------------------------ the checks
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """The verdict of a label check.
-
-    Attributes:
-        kind: The kind checked.
-        passed: Whether the recorded signals show that kind's behaviour.
-        reason: One line: the measured values against the check's thresholds.
-    """
-
-    kind: str
-    passed: bool
-    reason: str
-
-
-def _nanmedian(x: np.ndarray) -> float:
-    x = np.asarray(x, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    return float(np.median(x)) if x.size else math.nan
-
-
-def _running_median(x: np.ndarray, width: int) -> np.ndarray:
-    """Centred running median (window ``width``, odd), NaN-aware, shrinking at the ends."""
-    x = np.asarray(x, dtype=np.float64)
-    h = width // 2
-    pad = np.pad(x, h, mode="constant", constant_values=np.nan)
-    win = np.lib.stride_tricks.sliding_window_view(pad, width)
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.asarray(np.nanmedian(win, axis=1))
-
-
-def _robust_sd(x: np.ndarray) -> float:
-    x = np.asarray(x, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if not x.size:
-        return math.nan
-    return float(1.4826 * np.median(np.abs(x - np.median(x))))
-
-
-def _window(kind: str, n: int) -> int:
-    from trainsignals.kinds import default_window
-
-    return default_window(kind, n)
-
-
-def _log(x: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(np.asarray(x, dtype=np.float64))
-
-
-def _kendall_tau(y: np.ndarray) -> float:
-    y = np.asarray(y, dtype=np.float64)
-    n = len(y)
-    if n < 2:
-        return math.nan
-    s = 0.0
-    for i in range(n - 1):
-        s += float(np.sign(y[i + 1:] - y[i]).sum())
-    return 2.0 * s / (n * (n - 1))
-
-
-def _consecutive(mask: np.ndarray, k: int) -> int:
-    """First index ending a run of ``k`` True values, or -1."""
-    run = 0
-    for i, m in enumerate(mask):
-        run = run + 1 if m else 0
-        if run >= k:
-            return i
-    return -1
-
-
-def _pre_level(x: np.ndarray, onset: int, back: int = 50) -> float:
-    return _nanmedian(x[max(0, onset - back):onset])
-
-
-def _check_divergence(c: Curve, onset: int) -> CheckResult:
-    return _divergence_verdict(c.loss, onset)
-
-
-def _divergence_verdict(loss: np.ndarray, onset: int) -> CheckResult:
-    n = len(loss)
-    hi = min(n, onset + _window("divergence", n) + 1)
-    pre = _pre_level(loss, onset)
-    start = _nanmedian(loss[:20])
-    seg = loss[onset:hi]
-    if (~np.isfinite(seg)).any():
-        return CheckResult("divergence", True, f"non-finite loss at step {onset + int(np.argmax(~np.isfinite(seg)))}")
-    sm = _running_median(loss, 9)[onset:hi]
-    peak = float(np.nanmax(sm)) if sm.size else math.nan
-    end = _nanmedian(loss[max(onset, hi - 20):hi])
-    climbed = peak >= 4.0 * pre or (peak >= 2.0 * pre and peak > start)
-    ok = bool(climbed and end >= 2.0 * pre)
-    return CheckResult("divergence", ok, f"smoothed loss peaks at {peak / pre:.3g}x the pre-onset level {pre:.4g} and "
-                                          f"{peak / start:.3g}x the run's initial level (needs >= 4x, or >= 2x and above "
-                                          f"the initial level, or a non-finite loss) and ends the window at "
-                                          f"{end / pre:.3g}x (needs >= 2x: no recovery)")
-
-
-def _check_stall(c: Curve, onset: int) -> CheckResult:
-    n = c.total_steps
-    w = min(_window("stall", n), n - 1 - onset)
-    if onset < 100 or w < 150:
-        return CheckResult("stall", False, "fewer than 100 steps before or 150 after the onset")
-    lg = _log(c.loss)
-    if (~np.isfinite(lg[onset - 100:])).any():
-        return CheckResult("stall", False, "non-finite loss")
-    b = min(100, onset // 2)
-    rate_pre = (_nanmedian(lg[onset - 2 * b:onset - b]) - _nanmedian(lg[onset - b:onset])) / b
-    first = _nanmedian(lg[onset:onset + 75])
-    last = _nanmedian(lg[onset + w - 75:onset + w + 1])
-    rate_post = (first - last) / (w - 75)
-    rel = rate_post / rate_pre if rate_pre > 0 else math.inf
-    ok = rate_pre >= 0.05 / 100 and rel < 0.1 and last - first < math.log(1.25)
-    return CheckResult("stall", ok, f"log-loss fell {100 * rate_pre:.3g} per 100 steps before the onset (needs >= 0.05), "
-                                    f"then at {rel:.3g}x that rate (needs < 0.1), changing by {last - first:+.3f} "
-                                    f"(needs < +0.22)")
-
-
-def _oscillation_stats(loss: np.ndarray, onset: int, w: int) -> tuple[float, float, float, bool]:
-    """``(swing ratio, level after, level before, finite)`` of the oscillation check."""
-    seg = loss[onset:onset + w + 1]
-    finite = bool(np.isfinite(seg).all())
-    with np.errstate(invalid="ignore"):
-        resid = loss - _running_median(loss, 21)
-    sd_pre = _robust_sd(resid[onset - 100:onset])
-    sd_post = _robust_sd(resid[onset + 5:onset + w + 1])
-    pre = _pre_level(loss, onset)
-    post = _nanmedian(loss[onset + 5:onset + w + 1])
-    ratio = sd_post / sd_pre if sd_pre > 0 else math.inf
-    return ratio, post, pre, finite
-
-
-def _check_oscillation(c: Curve, onset: int) -> CheckResult:
-    return _oscillation_verdict(c.loss, onset)
-
-
-def _oscillation_verdict(loss: np.ndarray, onset: int) -> CheckResult:
-    n = len(loss)
-    w = min(_window("oscillation", n), n - 1 - onset)
-    if onset < 100 or w < 60:
-        return CheckResult("oscillation", False, "fewer than 100 steps before or 60 after the onset")
-    ratio, post, pre, finite = _oscillation_stats(loss, onset, w)
-    if not finite:
-        return CheckResult("oscillation", False, "non-finite loss after the onset")
-    ok = ratio >= 2.0 and post >= pre
-    return CheckResult("oscillation", ok, f"the loss swings {ratio:.3g}x as wide as before the onset (needs >= 2), "
-                                          f"level {post:.4g} vs {pre:.4g} before (needs no progress)")
-
-
-def _check_loss_spike(c: Curve, onset: int) -> CheckResult:
-    n = c.total_steps
-    if onset < 50 or n - onset < 60:
-        return CheckResult("loss_spike", False, "not enough steps around the onset")
-    if (~np.isfinite(c.loss[onset:])).any():
-        return CheckResult("loss_spike", False, "non-finite loss after the onset")
-    pre = _pre_level(c.loss, onset)
-    sd = _robust_sd((c.loss - _running_median(c.loss, 21))[onset - 50:onset])
-    peak = float(np.max(c.loss[onset:onset + 3]))
-    back = float(np.min(_running_median(c.loss, 9)[onset + 3:onset + 34]))
-    units = (peak - pre) / sd if sd > 0 else math.inf
-    ok = peak >= 2.0 * pre and units >= 8.0 and back <= 1.5 * pre
-    return CheckResult("loss_spike", ok, f"loss jumped to {peak / pre:.3g}x its level ({units:.3g} noise units; needs "
-                                         f">= 2x and >= 8), smoothed loss back to {back / pre:.3g}x within 30 steps "
-                                         f"(needs <= 1.5x)")
-
-
-def _check_grad_explosion(c: Curve, onset: int) -> CheckResult:
-    if onset < 20:
-        return CheckResult("grad_explosion", False, "onset too early")
-    pre = _nanmedian(c.grad_norm[max(0, onset - 50):onset])
-    seg = c.grad_norm[onset:onset + 3]
-    peak = math.inf if (~np.isfinite(seg)).any() else float(np.max(seg))
-    ok = peak >= 10.0 * pre
-    return CheckResult("grad_explosion", ok, f"grad norm jumped to {peak / pre:.3g}x its pre-onset level (needs >= 10x)")
-
-
-def _check_vanishing(c: Curve, onset: int) -> CheckResult:
-    if not c.layer_names or onset < 20 or c.total_steps - onset < 30:
-        return CheckResult("vanishing_gradient", False, "no per-layer grad norms, or not enough steps")
-    g = c.layer_grad_norms
-    pre = np.array([_nanmedian(g[max(0, onset - 50):onset, j]) for j in range(g.shape[1])])
-    post = np.array([_nanmedian(g[onset + 10:onset + 61, j]) for j in range(g.shape[1])])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = post / pre
-    rel = np.where(np.isfinite(rel), rel, 1.0)
-    worst = int(np.argmin(rel))
-    ok = bool(rel[worst] <= 1e-2 and rel.max() >= 0.1)
-    return CheckResult("vanishing_gradient", ok, f"{c.layer_names[worst]} fell to {rel[worst]:.3g}x its level "
-                                                 f"(needs <= 1e-2) while the best-kept layer holds {rel.max():.3g}x (needs >= 0.1)")
-
-
-def _check_dead_units(c: Curve, onset: int) -> CheckResult:
-    if not c.act_layer_names:
-        return CheckResult("dead_units", False, "no activation statistics")
-    hi = onset + _window("dead_units", c.total_steps)
-    before = c.act_steps < onset
-    after = (c.act_steps >= onset) & (c.act_steps <= hi)
-    for j, name in enumerate(c.act_layer_names):
-        d = c.dead_frac[:, j]
-        pre = _nanmedian(d[before]) if before.any() else 0.0
-        end = _consecutive(d[after] >= 0.9, 3)
-        if end >= 0 and not pre >= 0.5:
-            step = int(c.act_steps[after][end])
-            return CheckResult("dead_units", True, f"{name}: {pre:.2f} dead before, >= 90 % dead in 3 samples by step {step}")
-    return CheckResult("dead_units", False, "no layer became >= 90 % dead for 3 samples after the onset")
-
-
-def _check_silent_collapse(c: Curve, onset: int) -> CheckResult:
-    n = c.total_steps
-    w = min(_window("silent_collapse", n), n - 1 - onset)
-    if w < 100:
-        return CheckResult("silent_collapse", False, "too little of the run left after the onset")
-    sm = _running_median(c.loss, 9)
-    at = float(sm[onset])
-    jump = float(np.nanmax(sm[onset:onset + 101])) / at
-    fall = float(np.nanmin(sm[onset:onset + w + 1])) / at
-    g_at = _nanmedian(c.grad_norm[max(0, onset - 25):onset + 25])
-    g_end = _nanmedian(c.grad_norm[onset + w - 50:onset + w + 1])
-    vb = c.val_loss[c.val_steps <= onset]
-    va = c.val_loss[c.val_steps > onset]
-    v_rise = float(np.nanmax(va)) / float(vb[-1]) if len(vb) and len(va) else math.nan
-    ok = jump <= 1.25 and fall <= 0.5 and g_end <= 0.1 * g_at and v_rise >= 1.25 \
-        and bool(np.isfinite(c.loss).all())
-    return CheckResult("silent_collapse", ok, f"smoothed loss at most {jump:.3g}x its onset value (needs <= 1.25), "
-                                              f"down to {fall:.3g}x (needs <= 0.5); grad norm {g_end / g_at:.3g}x "
-                                              f"(needs <= 0.1); validation up {v_rise:.3g}x (needs >= 1.25)")
-
-
-def overfitting_onset(c: Curve, injected: int) -> int:
-    """The validation step with the lowest validation loss at or after the last validation
-    before ``injected`` (the checkpoint to restore), or -1 without validations there.
-    """
-    v = c.val_steps
-    before = v[v <= injected]
-    start = int(before[-1]) if len(before) else injected
-    ok = v >= start
-    if not ok.any():
-        return -1
-    vals = c.val_loss[ok]
-    vals = np.where(np.isfinite(vals), vals, np.inf)
-    return int(v[ok][int(np.argmin(vals))])
-
-
-def _check_overfitting(c: Curve, onset: int) -> CheckResult:
-    after = c.val_steps > onset
-    at = c.val_steps == onset
-    if after.sum() < 5 or not at.any():
-        return CheckResult("overfitting", False, f"{int(after.sum())} validations after the onset (needs >= 5)")
-    v0 = float(c.val_loss[at][0])
-    va = c.val_loss[after]
-    tau = _kendall_tau(va)
-    last = _nanmedian(va[-3:]) / v0
-    t_at = _nanmedian(c.loss[max(0, onset - 25):onset + 25])
-    t_end = _nanmedian(c.loss[-50:])
-    ok = tau >= 0.5 and last >= 1.1 and t_end <= 0.9 * t_at and bool(np.isfinite(c.loss).all())
-    return CheckResult("overfitting", ok, f"validation after the onset: Kendall tau {tau:.3g} (needs >= 0.5), last three "
-                                          f"{last:.3g}x the best (needs >= 1.1); training loss {t_end / t_at:.3g}x (needs <= 0.9)")
-
-
-def _check_healthy(c: Curve) -> CheckResult:
-    n = c.total_steps
-    if not (np.isfinite(c.loss).all() and np.isfinite(c.grad_norm).all()):
-        return CheckResult(HEALTHY, False, "non-finite loss or grad norm")
-    first = _nanmedian(c.loss[:20])
-    last = _nanmedian(c.loss[-max(20, n // 20):])
-    if last > 0.7 * first:
-        return CheckResult(HEALTHY, False, f"did not learn: final loss {last / first:.3g}x the initial (needs <= 0.7)")
-    sm = _running_median(c.loss, 51)
-    best = np.minimum.accumulate(sm)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lost = (sm - best) / np.maximum(first - best, 1e-12)
-    regress = float(np.max(lost[50:])) if n > 50 else 0.0
-    if regress > 0.25:
-        return CheckResult(HEALTHY, False, f"the smoothed loss gave back {regress:.0%} of the progress made (max 25 %)")
-    if len(c.val_loss):
-        b = int(np.argmin(np.where(np.isfinite(c.val_loss), c.val_loss, np.inf)))
-        va = c.val_loss[b + 1:]
-        if len(va) >= 5 and _kendall_tau(va) >= 0.5 and _nanmedian(va[-3:]) >= 1.1 * float(c.val_loss[b]):
-            return CheckResult(HEALTHY, False, "validation loss rises steadily after its best (overfitting)")
-    for j, name in enumerate(c.act_layer_names):
-        if _consecutive(c.dead_frac[:, j] >= 0.9, 3) >= 0:
-            return CheckResult(HEALTHY, False, f"{name} is >= 90 % dead in 3 samples")
-        if _consecutive(c.saturation[:, j] >= 0.5, 3) >= 0:
-            return CheckResult(HEALTHY, False, f"{name} is >= 50 % saturated in 3 samples")
-    g_early = _nanmedian(c.grad_norm[10:60])
-    g_late = _nanmedian(c.grad_norm[-max(20, n // 10):])
-    if g_late < g_early / 30.0:
-        return CheckResult(HEALTHY, False, f"grad norm collapsed to {g_late / g_early:.3g}x its early level")
-    if c.layer_names:
-        levels = np.array([_nanmedian(c.layer_grad_norms[n // 2:, j]) for j in range(len(c.layer_names))])
-        med = float(np.median(levels))
-        if (levels < 1e-3 * med).any():
-            j = int(np.argmin(levels))
-            return CheckResult(HEALTHY, False, f"{c.layer_names[j]}'s grad norm is 3 decades below the median layer's")
-    return CheckResult(HEALTHY, True, f"finite, learned ({last / first:.3g}x), gave back at most {regress:.0%} of "
-                                      f"its progress, no overfitting, dead or saturated layer, grad norm "
-                                      f"{g_late / g_early:.3g}x its early level")
-
-
-_CHECKS: dict[str, Callable[[Curve, int], CheckResult]] = {
-    "divergence": _check_divergence,
-    "stall": _check_stall,
-    "oscillation": _check_oscillation,
-    "loss_spike": _check_loss_spike,
-    "grad_explosion": _check_grad_explosion,
-    "vanishing_gradient": _check_vanishing,
-    "dead_units": _check_dead_units,
-    "silent_collapse": _check_silent_collapse,
-    "overfitting": _check_overfitting,
-}
-
-
-def check_label(curve: Curve, kind: str | None = None, onset: int | None = None) -> CheckResult:
-    """Whether ``curve``'s recorded signals show ``kind``'s behaviour from ``onset`` on.
-
-    The checks are described in the module docstring. They read the signals only, never a
-    detector's output.
-
-    Args:
-        curve: A recorded run.
-        kind: The kind to check; defaults to the curve's label.
-        onset: The onset to check; defaults to the curve's label.
-
-    Returns:
-        The :class:`CheckResult`.
-
-    Raises:
-        ValueError: an unknown kind, or a fault kind without an onset.
-    """
-    kind = curve.kind if kind is None else kind
-    onset = curve.onset_step if onset is None else onset
-    if kind == HEALTHY:
-        return _check_healthy(curve)
-    if kind not in _CHECKS:
-        raise ValueError(f"kind must be 'healthy' or one of {FAULT_KINDS}, got {kind!r}")
-    if onset is None or onset < 0:
-        raise ValueError(f"onset must be a step >= 0 for kind {kind!r}, got {onset!r}")
-    return _CHECKS[kind](curve, int(onset))
-
-
-def _relabel(curve: Curve, kind: str, onset: int) -> Curve:
-    d = {f: getattr(curve, f) for f in curve.__dataclass_fields__}
-    d.update(kind=kind, onset_step=int(onset), name=curve.name if kind == curve.kind else
-             f"{kind}-{curve.difficulty}-{curve.name.rsplit('-', 1)[-1]}-from-{curve.kind}")
-    return Curve(**d)
-
-
-def label_run(curve: Curve) -> tuple[Curve | None, CheckResult, list[CheckResult]]:
-    """Check a freshly trained run's intended label; relabel or drop it when the check fails.
-
-    For an overfitting run the onset becomes the validation step of the lowest validation loss
-    at or after the injection (:func:`overfitting_onset`). The kinds in :data:`PRECEDENCE` are
-    checked first, then the intended kind, then its :data:`FALLBACKS`; the first that passes
-    is the label.
-
-    Returns:
-        ``(curve or None when dropped, the deciding check, every check made)``.
-    """
-    intended = curve.kind
-    onset = curve.onset_step
-    if intended == HEALTHY:
-        res = _check_healthy(curve)
-        return (curve if res.passed else None), res, [res]
-    if intended == "overfitting":
-        onset = overfitting_onset(curve, onset)
-        if onset < 0:
-            res = CheckResult("overfitting", False, "no validation after the injection")
-            return None, res, [res]
-    order = [*PRECEDENCE.get(intended, ()), intended, *FALLBACKS.get(intended, ())]
-    made: list[CheckResult] = []
-    for kind in dict.fromkeys(order):
-        res = check_label(curve, kind, onset)
-        made.append(res)
-        if res.passed:
-            return _relabel(curve, kind, onset), res, made
-    return None, made[order.index(intended)], made
 
 
 # ------------------------------------------------------------------------------------ the suite
@@ -1307,9 +706,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
     raw, info = train_with_info(spec)
     twin = info.pop("twin", None)
     if spec.family in HELDOUT_FAMILIES:
-        from trainsignals.curves.families import label_with_twin
-
-        curve, decided, made, twin_fig = label_with_twin(raw, twin)
+        curve, decided, made, twin_fig = families.label_with_twin(raw, twin)
     else:
         curve, decided, made = label_run(raw)
         twin_fig = None
@@ -1412,9 +809,7 @@ def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_ki
     if specs is not None:
         plan = list(specs)
     elif heldout:
-        from trainsignals.curves.families import plan_heldout
-
-        plan = plan_heldout(seed, per_kind, n_healthy)
+        plan = families.plan_heldout(seed, per_kind, n_healthy)
     else:
         plan = plan_suite(seed, per_kind, n_healthy)
     results = _map(plan, jobs, progress)
