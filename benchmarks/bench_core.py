@@ -75,10 +75,15 @@ def main(argv: list[str] | None = None) -> dict:
         "SlopeDivergence": (ts.SlopeDivergence, (xs,)),
         "NonFinite": (ts.NonFinite, (xs,)),
         "LRAnomaly": (ts.LRAnomaly, (lrs,)),
-        "CUSUMPlateau (loss, grad_norm)": (ts.CUSUMPlateau, (xs, gs)),
+        "GradCollapsePlateau (loss, grad_norm)": (ts.GradCollapsePlateau, (xs, gs)),
+        "GradCollapseSlowdown (loss, grad_norm)": (ts.GradCollapseSlowdown, (xs, gs)),
+        "FrozenUpdatePlateau (loss, ratio)": (ts.FrozenUpdatePlateau, (xs, [v * 3e-4 for v in gs])),
+        "NeverImprovedPlateau": (ts.NeverImprovedPlateau, (xs,)),
+        "AbruptPlateau (loss)": (ts.AbruptPlateau, (xs,)),
         "Oscillation (loss, grad_norm)": (ts.Oscillation, (xs, gs)),
         "LossGradCoupling (loss, grad_norm)": (ts.LossGradCoupling, (xs, gs)),
-        "UpdateRatioBand (ratio, lr)": (ts.UpdateRatioBand, (ratio, lrs)),
+        "UpdateRatioAboveBand (ratio)": (ts.UpdateRatioAboveBand, (ratio,)),
+        "UpdateRatioBelowBand (ratio, lr)": (ts.UpdateRatioBelowBand, (ratio, lrs)),
     }
     res["detector_update_ratio_vs_PageHinkley"] = {}
     for name, (cls, cols) in singles.items():

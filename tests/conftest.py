@@ -19,6 +19,10 @@ _ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
 
 
+PLATEAU_RULES = (ts.GradCollapsePlateau, ts.GradCollapseSlowdown, ts.FrozenUpdatePlateau, ts.NeverImprovedPlateau,
+                 ts.AbruptPlateau)
+
+
 def failing_stream(n: int = 600, seed: int = 0) -> np.ndarray:
     """A positive loss-like stream with a spike, a climb and a NaN: makes most detectors fire."""
     rng = np.random.default_rng(seed)
@@ -36,13 +40,22 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
     """One array per input the detector reads, by input name."""
     rng = np.random.default_rng(seed + 1)
     loss = failing_stream(n, seed)
-    if isinstance(det, ts.CUSUMPlateau):
+    if isinstance(det, PLATEAU_RULES):  # a loss that freezes at 250 as its grad norm and update ratio collapse
         x = np.exp(np.log(2.0) - np.minimum(np.arange(n), 250) / 100 + rng.normal(0, 0.01, n))
+        if isinstance(det, ts.NeverImprovedPlateau):  # ... or that never improved
+            x = np.exp(np.log(2.0) + rng.normal(0, 0.01, n))
         x[400] = np.nan
         g = np.exp(rng.normal(0, 0.05, n))
-        g[250:] *= 0.1
+        g[250:] *= 0.01
         g[::9] = np.nan
-        return {"loss": x, "grad_norm": g}
+        if isinstance(det, ts.AbruptPlateau):  # a grad norm known from step 450 on (the rule then goes quiet)
+            g[:450] = np.nan
+        r = 3e-4 * np.exp(rng.normal(0, 0.1, n))
+        r[250:] *= 1e-4
+        r[::5] = np.nan  # measured at its own cadence
+        r[123] = np.inf
+        return {k: v for k, v in (("loss", x), ("grad_norm", g), ("update_ratio", r))
+                if k in {i.name for i in det.inputs}}
     if isinstance(det, ts.Oscillation):  # the learning rate rises 3x at 300, with gaps
         grad = np.exp(rng.normal(0, 0.1, n))
         grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
@@ -58,13 +71,13 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         lr[200:] = 0.1
         lr[400:] = 1e-6
         return {"lr": lr}
-    if isinstance(det, ts.UpdateRatioBand):
+    if isinstance(det, (ts.UpdateRatioAboveBand, ts.UpdateRatioBelowBand)):
         r = 3e-4 * np.exp(rng.normal(0, 0.2, n))
         r[250:320] = 0.3
         r[450:] = 1e-8
         lr = np.full(n, 1e-3)
         lr[::7] = np.nan
-        return {"update_ratio": r, "lr": lr}
+        return {"update_ratio": r, "lr": lr} if isinstance(det, ts.UpdateRatioBelowBand) else {"update_ratio": r}
     return {det.inputs[0].name: loss}
 
 
@@ -73,13 +86,22 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "EWMASpike-linear-both": lambda: ts.EWMASpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
     "EWMASpike-persist": lambda: ts.EWMASpike(persist_kind="divergence", hold=5),
     "SlopeDivergence": ts.SlopeDivergence,
-    "CUSUMPlateau": lambda: ts.CUSUMPlateau(patience=40),
-    "CUSUMPlateau-strided": lambda: ts.CUSUMPlateau(patience=150),
+    "GradCollapsePlateau": lambda: ts.GradCollapsePlateau(patience=40),
+    "GradCollapsePlateau-strided": lambda: ts.GradCollapsePlateau(patience=150),
+    "GradCollapseSlowdown": lambda: ts.GradCollapseSlowdown(patience=40),
+    "GradCollapseSlowdown-strided-cooldown": lambda: ts.GradCollapseSlowdown(patience=150, cooldown=100),
+    "FrozenUpdatePlateau": lambda: ts.FrozenUpdatePlateau(patience=40),
+    "FrozenUpdatePlateau-strided": lambda: ts.FrozenUpdatePlateau(patience=150),
+    "NeverImprovedPlateau": lambda: ts.NeverImprovedPlateau(patience=40),
+    "AbruptPlateau": lambda: ts.AbruptPlateau(patience=40),
+    "AbruptPlateau-strided-cooldown": lambda: ts.AbruptPlateau(patience=150, cooldown=100),
     "Oscillation": ts.Oscillation,
     "LossGradCoupling": ts.LossGradCoupling,
     "NonFinite": ts.NonFinite,
     "LRAnomaly": ts.LRAnomaly,
-    "UpdateRatioBand": ts.UpdateRatioBand,
+    "UpdateRatioAboveBand": ts.UpdateRatioAboveBand,
+    "UpdateRatioAboveBand-cooldown": lambda: ts.UpdateRatioAboveBand(cooldown=30),
+    "UpdateRatioBelowBand": ts.UpdateRatioBelowBand,
 }
 
 

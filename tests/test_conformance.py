@@ -34,7 +34,8 @@ def _all_detector_classes() -> list[type]:
             if sub.__module__.startswith("trainsignals.") and sub not in found:
                 found.add(sub)
                 todo.append(sub)
-    return sorted(found, key=lambda c: c.__name__)
+    # the shared bases of a private module (trainsignals.detectors._plateau) are no detectors of their own
+    return sorted((c for c in found if not c.__module__.rsplit(".", 1)[-1].startswith("_")), key=lambda c: c.__name__)
 
 
 ALL_CLASSES = _all_detector_classes()
@@ -176,14 +177,24 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.SlopeDivergence, "window", 3),
         (ts.SlopeDivergence, "min_ratio", 0.5),
         (ts.SlopeDivergence, "early_steps", 40),
-        (ts.CUSUMPlateau, "patience", 0),
-        (ts.CUSUMPlateau, "progress_mult", 0.5),
+        (ts.GradCollapsePlateau, "patience", 0),
+        (ts.GradCollapsePlateau, "stuck_decades", 0),
+        (ts.GradCollapseSlowdown, "slowdown", 1.0),
+        (ts.GradCollapseSlowdown, "collapse_decades", -1),
+        (ts.FrozenUpdatePlateau, "ratio_alpha", 0),
+        (ts.FrozenUpdatePlateau, "cooldown", -1),
+        (ts.NeverImprovedPlateau, "hold", 0),
+        (ts.AbruptPlateau, "progress_mult", 0.5),
+        (ts.AbruptPlateau, "signal", "not_a_signal"),
         (ts.Oscillation, "frac", 0.0),
         (ts.Oscillation, "warmup", 3),
         (ts.LossGradCoupling, "lag", 1),
         (ts.LRAnomaly, "jump_factor", 1.0),
-        (ts.UpdateRatioBand, "high", 1e-9),
-        (ts.UpdateRatioBand, "ref_alpha", 0.5),
+        (ts.UpdateRatioAboveBand, "high", 1e-9),
+        (ts.UpdateRatioAboveBand, "ref_alpha", 0.5),
+        (ts.UpdateRatioAboveBand, "cooldown", 1.5),
+        (ts.UpdateRatioBelowBand, "soft_low", 1e-9),
+        (ts.UpdateRatioBelowBand, "lr_explains", 2.0),
         (ts.TrainValGap, "patience", 0),
         (ts.LayerGradCliff, "gap", 0),
         (ts.LayerUpdateRatio, "drop", -1.0),

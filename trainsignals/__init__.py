@@ -20,11 +20,14 @@ from ._recorder import Recorder  # noqa: E402
 from ._validate import check_range  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .detectors import (  # noqa: E402
+    AbruptPlateau,
     ActivationHealth,
-    CUSUMPlateau,
     Detector,
     DetectorProtocol,
     EWMASpike,
+    FrozenUpdatePlateau,
+    GradCollapsePlateau,
+    GradCollapseSlowdown,
     GuardedEWMASpike,
     Input,
     Knob,
@@ -32,24 +35,29 @@ from .detectors import (  # noqa: E402
     LayerUpdateRatio,
     LossGradCoupling,
     LRAnomaly,
+    NeverImprovedPlateau,
     NonFinite,
     Oscillation,
     RankOutliers,
     SlopeDivergence,
     TrainValGap,
-    UpdateRatioBand,
+    UpdateRatioAboveBand,
+    UpdateRatioBelowBand,
 )
 from .signals import SIGNALS  # noqa: E402
 from .suite import default_suite  # noqa: E402
 
 __all__ = [
+    "AbruptPlateau",
     "ActivationHealth",
-    "CUSUMPlateau",
     "DISTRIBUTED_KINDS",
     "Detector",
     "DetectorProtocol",
     "EWMASpike",
     "Event",
+    "FrozenUpdatePlateau",
+    "GradCollapsePlateau",
+    "GradCollapseSlowdown",
     "GuardedEWMASpike",
     "Input",
     "Knob",
@@ -65,6 +73,7 @@ __all__ = [
     "LayerValues",
     "LossGradCoupling",
     "Monitor",
+    "NeverImprovedPlateau",
     "NonFinite",
     "Oscillation",
     "RankOutliers",
@@ -73,7 +82,8 @@ __all__ = [
     "SlopeDivergence",
     "TrainValGap",
     "TrainingFailure",
-    "UpdateRatioBand",
+    "UpdateRatioAboveBand",
+    "UpdateRatioBelowBand",
     "__version__",
     "scan",
 ]

@@ -118,9 +118,10 @@ class Monitor:
             ``loss_spike={"threshold": 8}``; ``name=False`` disables a detector. Suite names:
             ``nonfinite_loss``, ``nonfinite_grad_norm``, ``nonfinite_lr``,
             ``nonfinite_update_ratio``, ``nonfinite_val_loss``, ``loss_spike``, ``divergence``,
-            ``stall``, ``oscillation``, ``grad_explosion``, ``coupling``, ``lr_anomaly``,
-            ``update_ratio``, ``overfitting``, ``layer_cliff``, ``layer_update_ratio``,
-            ``activations``.
+            ``stall_grad_collapse``, ``stall_slowdown``, ``stall_frozen_updates``,
+            ``stall_never_improved``, ``stall_abrupt``, ``oscillation``, ``grad_explosion``,
+            ``coupling``, ``lr_anomaly``, ``update_ratio_high``, ``update_ratio_low``,
+            ``overfitting``, ``layer_cliff``, ``layer_update_ratio``, ``activations``.
 
     Raises:
         TypeError: an unknown keyword.

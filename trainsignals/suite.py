@@ -7,7 +7,7 @@
 Example:
     >>> import trainsignals as ts
     >>> suite = ts.default_suite(total_steps=5_000)
-    >>> suite["stall"].patience                     # 10 % of the planned steps
+    >>> suite["stall_grad_collapse"].patience       # 10 % of the planned steps
     500
     >>> del suite["oscillation"]
     >>> mon = ts.Monitor(suite=suite)
@@ -22,27 +22,32 @@ from typing import Any
 
 from ._validate import check_range
 from .detectors import (
+    AbruptPlateau,
     ActivationHealth,
-    CUSUMPlateau,
     Detector,
     EWMASpike,
+    FrozenUpdatePlateau,
+    GradCollapsePlateau,
+    GradCollapseSlowdown,
     GuardedEWMASpike,
     LayerGradCliff,
     LayerUpdateRatio,
     LossGradCoupling,
     LRAnomaly,
+    NeverImprovedPlateau,
     NonFinite,
     Oscillation,
     SlopeDivergence,
     TrainValGap,
-    UpdateRatioBand,
+    UpdateRatioAboveBand,
+    UpdateRatioBelowBand,
 )
 
 __all__ = ["default_suite", "SUITE_NAMES"]
 
 
 def _stall_patience(total_steps: int | None, min_patience: int) -> dict[str, Any]:
-    """The stall rule of thumb: no new best loss within 10 % of the planned steps."""
+    """The stall rules' rule of thumb: no new best loss within 10 % of the planned steps."""
     return {} if total_steps is None else {"patience": max(min_patience, int(round(0.1 * total_steps)))}
 
 
@@ -55,13 +60,18 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("nonfinite_val_loss", NonFinite, {"signal": "val_loss"}, None),
     ("loss_spike", EWMASpike, {"persist_kind": "divergence"}, None),
     ("divergence", SlopeDivergence, {}, None),
-    ("stall", CUSUMPlateau, {}, _stall_patience),
+    ("stall_grad_collapse", GradCollapsePlateau, {}, _stall_patience),
+    ("stall_slowdown", GradCollapseSlowdown, {}, _stall_patience),
+    ("stall_frozen_updates", FrozenUpdatePlateau, {}, _stall_patience),
+    ("stall_never_improved", NeverImprovedPlateau, {}, _stall_patience),
+    ("stall_abrupt", AbruptPlateau, {}, _stall_patience),
     ("oscillation", Oscillation, {}, None),
     ("grad_explosion", GuardedEWMASpike, {"kind": "grad_explosion", "signal": "grad_norm", "min_ratio": 10.0,
                                           "threshold": 6.0, "persist_kind": "grad_explosion"}, None),
     ("coupling", LossGradCoupling, {}, None),
     ("lr_anomaly", LRAnomaly, {}, None),
-    ("update_ratio", UpdateRatioBand, {}, None),
+    ("update_ratio_high", UpdateRatioAboveBand, {}, None),
+    ("update_ratio_low", UpdateRatioBelowBand, {}, None),
     ("overfitting", TrainValGap, {}, None),
     ("layer_cliff", LayerGradCliff, {}, None),
     ("layer_update_ratio", LayerUpdateRatio, {}, None),
@@ -84,8 +94,8 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, **s
     """The default detectors, freshly built, as ``{name: detector}``.
 
     Args:
-        total_steps: planned run length, if known; sets the stall patience to 10 % of it
-            (at least ``min_patience``).
+        total_steps: planned run length, if known; sets the patience of the ``stall_*`` rules
+            to 10 % of it (at least ``min_patience``).
         min_patience: smallest stall patience derived from ``total_steps``.
         **settings: per-detector settings by name, e.g. ``loss_spike={"threshold": 8}``;
             ``name=False`` leaves a detector out.

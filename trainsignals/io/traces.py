@@ -1711,7 +1711,7 @@ def trace_events(table: pa.Table | str | os.PathLike[str]) -> list[Event]:
         >>> import os, tempfile
         >>> from trainsignals import Event, Kind
         >>> p = os.path.join(tempfile.mkdtemp(), "t.arrow")
-        >>> ev = Event(Kind.STALL, "warning", 5, 2, "CUSUMPlateau", "loss", 1.0, 0.5, "m", "c", "f")
+        >>> ev = Event(Kind.STALL, "warning", 5, 2, "GradCollapsePlateau", "loss", 1.0, 0.5, "m", "c", "f")
         >>> _ = write_trace(p, step=[4, 5], loss=[1.0, 1.0], events=[ev])
         >>> trace_events(read_trace(p)) == [ev]
         True

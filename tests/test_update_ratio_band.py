@@ -1,0 +1,50 @@
+"""The update-ratio band rules on runs generated fresh here (seeds the thresholds were not chosen on)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import trainsignals as ts
+from trainsignals.curves import Curve, generate
+from trainsignals.kinds import default_window
+
+SEEDS = range(5000, 5030)
+
+
+def events(det: ts.Detector, curve: Curve) -> list[ts.Event]:
+    sig = curve.signals()
+    return det.scan(steps=sig["step"], **{i.name: sig[i.name] for i in det.inputs})
+
+
+@pytest.mark.parametrize(("cls", "kind"), [(ts.UpdateRatioAboveBand, "update_ratio_high"),
+                                           (ts.UpdateRatioBelowBand, "update_ratio_low")])
+def test_each_side_catches_its_excursions_and_leaves_healthy_runs_alone(cls, kind):
+    hits = 0
+    for d in ("easy", "medium", "hard"):
+        for s in SEEDS:
+            c = generate(kind, s, d)
+            ev = events(cls(), c)
+            hi = c.onset_step + default_window(kind, c.total_steps)
+            assert not any(e.step < c.onset_step for e in ev), c.name
+            hits += any(e.kind.value == kind and c.onset_step <= e.step <= hi for e in ev)
+    assert hits >= 0.9 * 90  # 90 and 87 of 90 today
+    assert sum(bool(events(cls(), generate("healthy", s, d))) for d in ("easy", "medium", "hard") for s in SEEDS) <= 1
+
+
+def test_the_low_side_is_explained_by_a_learning_rate_near_zero():
+    c = generate("update_ratio_low", 5001, "easy")
+    sig = c.signals()
+    assert events(ts.UpdateRatioBelowBand(), c)
+    lr = np.where(sig["step"] < c.onset_step, sig["lr"], 0.0)  # the schedule went to 0 at the onset
+    assert ts.UpdateRatioBelowBand().scan(steps=sig["step"], update_ratio=sig["update_ratio"], lr=lr) == []
+
+
+def test_one_report_per_excursion_and_cooldown_in_steps():
+    ratio = np.r_[np.full(300, 3e-4), np.full(50, 0.5), np.full(20, 3e-4), np.full(50, 0.5)]
+    steps = 10 * np.arange(len(ratio))
+    once_each = [e.step for e in ts.UpdateRatioAboveBand().scan(steps=steps, update_ratio=ratio)]
+    assert len(once_each) == 2  # back inside the band in between: re-armed
+    cooled = [e.step for e in ts.UpdateRatioAboveBand(cooldown=1000).scan(steps=steps, update_ratio=ratio)]
+    # the second excursion (from step 3700) is held back until 1000 steps after the first event
+    assert once_each[1] < once_each[0] + 1000 and cooled == [once_each[0], once_each[0] + 1010]

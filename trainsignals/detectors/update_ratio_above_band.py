@@ -1,0 +1,151 @@
+"""UpdateRatioAboveBand: the update ratio ``|dw|/|w|`` stays above the run's upper band edge (violent updates)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range
+from ._base import Detector, Input
+from ._ops import ewma, first_true
+
+#: default hard upper edge, violent updates whatever the run (UpdateRatioBand's ``high`` since 4f73fd2, real suite)
+HIGH = 0.1
+#: default top of the usual healthy band 1e-4..1e-3 (UpdateRatioBand's ``band_top`` since 4f73fd2)
+BAND_TOP = 1e-3
+#: default decades above the run's own level that count above ``band_top`` (UpdateRatioBand's ``jump``, 4f73fd2)
+JUMP = 1.0
+#: default weight of the level (UpdateRatioBand's ``alpha`` since the first engine, 9dbceb6)
+ALPHA = 0.3
+#: default weight of the slow reference, the run's settled level (UpdateRatioBand's ``ref_alpha`` since c9205b5)
+REF_ALPHA = 0.01
+#: default values before any event (UpdateRatioBand's ``warmup`` since 9dbceb6)
+WARMUP = 10
+#: default values before the reference counts: a run's update ratio often climbs a decade or more in its
+#: first hundred steps (UpdateRatioBand's ``settle`` since 4f73fd2)
+SETTLE = 200
+
+
+class UpdateRatioAboveBand(Detector):
+    """Flags an update ratio ``||dw|| / ||w||`` whose level stays above the run's upper band edge.
+
+    On ``u = log10(update_ratio)`` the detector keeps a fast level (EWMA, weight ``alpha``) and a
+    slow reference (EWMA, weight ``ref_alpha``: the run's settled level). The upper edge is
+    ``high`` (violent updates, whatever the run); once the reference has settled (after
+    ``settle`` values) it comes down to ``band_top`` (the top of the usual band 1e-4..1e-3) for
+    a level at least ``jump`` decades above the reference: updates an order of magnitude larger
+    than the run's own. A small network trained with plain SGD at a high learning rate lives well
+    at 1e-2, so the edge is the run's own. Fires ``update_ratio_high`` when the level crosses the
+    edge, after ``warmup`` values.
+
+    ``onset_step`` is the first value of the excursion. After an event the detector fires again
+    only once the level came back under the edge, and not within ``cooldown`` steps of the last
+    event. Non-positive and non-finite ratios are skipped.
+
+    Args:
+        high: hard upper edge, > band_top.
+        band_top: level above which a jump from the run's own level counts, > 0.
+        jump: decades above the reference that make ``band_top`` count, > 0.
+        alpha: weight of the level, in (0, 1].
+        ref_alpha: weight of the reference, in (0, alpha).
+        warmup: values before any event, >= 1.
+        settle: values before the reference counts, >= warmup.
+        cooldown: steps after an event without another, >= 0.
+
+    Example:
+        >>> import numpy as np
+        >>> ratio = np.r_[np.full(100, 3e-4), np.full(100, 0.3)]
+        >>> [(e.kind.value, e.step) for e in UpdateRatioAboveBand().scan(update_ratio=ratio)]
+        [('update_ratio_high', 105)]
+        >>> ratio = np.r_[np.full(300, 3e-3), np.full(100, 0.05)]  # 10x above its own level
+        >>> [(e.kind.value, e.step) for e in UpdateRatioAboveBand().scan(update_ratio=ratio)]
+        [('update_ratio_high', 305)]
+    """
+
+    inputs = (Input("update_ratio"),)
+    _state_keys = ("n", "level", "ref", "out", "onset", "quiet_until", "last_step")
+
+    def __init__(self, high: float = HIGH, band_top: float = BAND_TOP, jump: float = JUMP, alpha: float = ALPHA,
+                 ref_alpha: float = REF_ALPHA, warmup: int = WARMUP, settle: int = SETTLE, cooldown: int = 0) -> None:
+        check_range("band_top", band_top, 0, None, lo_open=True)
+        check_range("high", high, band_top, None, lo_open=True)
+        check_range("jump", jump, 0, None, lo_open=True)
+        check_range("alpha", alpha, 0, 1, lo_open=True)
+        check_range("ref_alpha", ref_alpha, 0, alpha, lo_open=True, hi_open=True)
+        check_range("warmup", warmup, 1, None, integer=True)
+        check_range("settle", settle, warmup, None, integer=True)
+        check_range("cooldown", cooldown, 0, None, integer=True)
+        self.high, self.band_top, self.jump = high, band_top, jump
+        self.alpha, self.ref_alpha = alpha, ref_alpha
+        self.warmup, self.settle, self.cooldown = warmup, settle, cooldown
+        self._a, self._b = float(alpha), 1.0 - float(alpha)
+        self._ra, self._rb = float(ref_alpha), 1.0 - float(ref_alpha)
+        self._lhi, self._ltop = math.log10(high), math.log10(band_top)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._n = 0
+        self._level = self._ref = 0.0
+        self._out = False  # reported, not yet back under the edge
+        self._onset = -1
+        self._quiet_until: int | None = None
+        self._last_step = -1
+
+    def _step(self, x: float, step: int) -> Event | None:
+        self._last_step = step
+        if x - x != 0.0 or x <= 0.0:
+            return None
+        y = math.log10(x)
+        if self._n == 0:
+            self._level = self._ref = y
+        else:
+            self._level = self._a * y + self._b * self._level
+            self._ref = self._ra * y + self._rb * self._ref
+        self._n += 1
+        lv, ref = self._level, self._ref
+        jumped = lv > self._ltop and lv - ref >= self.jump and self._n > self.settle
+        if not (lv > self._lhi or jumped):
+            self._out, self._onset = False, -1
+            return None
+        if self._onset < 0:
+            self._onset = step
+        if self._out or self._n <= self.warmup or (self._quiet_until is not None and step <= self._quiet_until):
+            return None
+        self._out = True
+        if self.cooldown:
+            self._quiet_until = step + self.cooldown
+        if lv <= self._lhi:  # the edge came down to band_top: a jump from the run's own level
+            edge = 10 ** (ref + self.jump)
+            msg = (f"update ratio has stayed near {10 ** lv:.3g}, over {self.jump:g} decade(s) above the run's own "
+                   f"level {10 ** ref:.3g}, since step {self._onset}")
+        else:
+            edge = self.high
+            msg = f"update ratio has stayed near {10 ** lv:.3g}, above the healthy band edge {edge:.3g} since step {self._onset}"
+        return make_event(Kind.UPDATE_RATIO_HIGH, "warning", step, self._onset, type(self).__name__, "update_ratio",
+                          10 ** lv, edge, msg)
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        if self._n <= self.warmup or self._out or self._onset >= 0:
+            return 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.log10(arrays[0][i:j])
+        lim = first_true(~np.isfinite(y))
+        if lim == 0:
+            return 0
+        y = y[:lim]
+        lv = ewma(y, self._a, self._b, self._level)
+        ref = ewma(y, self._ra, self._rb, self._ref)
+        n_at = self._n + np.arange(1, lim + 1)
+        jumped = (n_at > self.settle) & (lv > self._ltop) & (lv - ref >= self.jump)
+        k = first_true((lv > self._lhi) | jumped)  # a value over the edge is the scalar path's
+        if k:
+            self._level, self._ref = float(lv[k - 1]), float(ref[k - 1])
+            self._n += k
+            self._last_step = int(steps[i + k - 1])
+        return k
+
+
+__all__ = ["UpdateRatioAboveBand"]
