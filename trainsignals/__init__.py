@@ -35,8 +35,10 @@ from .detectors import (  # noqa: E402
     Oscillation,
     RankOutliers,
     SlopeDivergence,
+    TopShareCollapse,
     TrainValGap,
     UpdateRatioBand,
+    ValMetricChance,
 )
 from .signals import SIGNALS  # noqa: E402
 from .suite import default_suite  # noqa: E402
@@ -69,9 +71,11 @@ __all__ = [
     "Recorder",
     "STATUSES",
     "SlopeDivergence",
+    "TopShareCollapse",
     "TrainValGap",
     "TrainingFailure",
     "UpdateRatioBand",
+    "ValMetricChance",
     "__version__",
     "scan",
 ]

@@ -11,7 +11,9 @@ from .oscillation import Oscillation
 from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite, UpdateRatioBand
 from .slope_divergence import SlopeDivergence
+from .top_share_collapse import TopShareCollapse
 from .train_val_gap import TrainValGap
+from .val_metric_chance import ValMetricChance
 
 __all__ = [
     "ActivationHealth",
@@ -29,6 +31,8 @@ __all__ = [
     "Oscillation",
     "RankOutliers",
     "SlopeDivergence",
+    "TopShareCollapse",
     "TrainValGap",
     "UpdateRatioBand",
+    "ValMetricChance",
 ]
