@@ -61,6 +61,7 @@ __all__ = [
     "leaf_names",
     "measurements",
     "monitored",
+    "pred_top_share",
     "to_monitor_kwargs",
     "to_scan_kwargs",
 ]
@@ -69,7 +70,33 @@ PyTree = Any
 Stats = dict[str, Any]
 
 # Keys passed straight through to Monitor.update / Monitor.scan when present in a stats dict.
-_PASSTHROUGH = ("loss", "lr", "val_loss")
+_PASSTHROUGH = ("loss", "lr", "val_loss", "pred_top_share")
+
+
+def pred_top_share(outputs: jax.Array, axis: int = -1) -> jax.Array:
+    """The share of the most-predicted class in a batch of logits: the ``pred_top_share`` signal.
+
+    Jit-compatible (the class count is the static size of ``axis``): return it from your step
+    in the stats dict (``stats["pred_top_share"] = pred_top_share(logits)``) and
+    :func:`to_monitor_kwargs` / :func:`to_scan_kwargs` pass it on. Works on NumPy arrays too.
+
+    Args:
+        outputs: logits or probabilities with the classes along ``axis`` (at least 2-D).
+        axis: the class axis.
+
+    Returns:
+        A 0-d array in [0, 1].
+
+    Example:
+        >>> float(pred_top_share(jnp.array([[2.0, 0.1], [1.5, 0.2], [0.1, 3.0], [0.9, 0.1]])))
+        0.75
+    """
+    if jnp.ndim(outputs) < 2:
+        raise ValueError(f"outputs must have the classes along axis {axis} (at least 2-D), got shape "
+                         f"{jnp.shape(outputs)}")
+    preds = jnp.argmax(outputs, axis=axis).reshape(-1)
+    counts = jnp.bincount(preds, length=jnp.shape(outputs)[axis])
+    return counts.max() / preds.size
 
 
 def _key_name(key: Any) -> str:

@@ -13,7 +13,15 @@ optimizer when ``fit`` starts and removes its hooks when ``fit`` ends (or fails)
   ``info`` event, not a divergence (see ``TorchWatcher``);
 * **when validation ends** it feeds ``trainer.callback_metrics[val_metric]`` (``"val_loss"``
   by default: log it with ``self.log("val_loss", ...)`` in ``validation_step``) at the current
-  step, so the Monitor can call overfitting; the sanity check is ignored;
+  step, so the Monitor can call overfitting; the sanity check is ignored; with
+  ``score_metric`` (e.g. ``"val_acc"``) that metric is fed as ``val_metric`` too, so a
+  validation accuracy falling back to chance is seen (its direction: the Monitor's
+  ``val_metric_mode``, ``"max"`` by default);
+* when ``training_step`` returns a dict with the batch's logits under ``logits_key``
+  (``{"loss": loss, "logits": logits}``), it feeds the share of the most-predicted class
+  (:func:`~trainsignals.adapters.torch.pred_top_share`, on the device, in the step's one
+  transfer) as ``pred_top_share``: predictions collapsing onto one class while the loss falls
+  are a silent collapse;
 * it **logs** the signals and cumulative event counts through every logger of the trainer
   (``logger.log_metrics``): ``trainsignals/loss``, ``trainsignals/grad_norm``,
   ``trainsignals/lr``, ``trainsignals/update_ratio`` (on the steps it is measured), and
@@ -88,7 +96,7 @@ from torch import nn
 
 import trainsignals as ts
 from trainsignals import TrainingFailure, check_kinds
-from trainsignals.adapters.torch import TorchWatcher, check_watcher_options
+from trainsignals.adapters.torch import TorchWatcher, check_watcher_options, pred_top_share
 from trainsignals.signals import DENSE_SIGNALS
 
 __all__ = ["TrainSignalsCallback", "TrainingFailure"]
@@ -147,6 +155,10 @@ class TrainSignalsCallback(Callback):
             ends; None feeds no validation loss. A missing key gives one warning.
         loss_key: where the training loss is in ``training_step``'s returned dict (a returned
             tensor is the loss itself).
+        logits_key: where the batch's logits (classes along the last dimension) are in
+            ``training_step``'s returned dict, fed as ``pred_top_share``; None feeds none.
+        score_metric: the ``trainer.callback_metrics`` key fed as ``val_metric`` when
+            validation ends (an accuracy, ...); None (default) feeds none.
         optimizer_index: which of the trainer's optimizers to watch; required when there are
             several (manual optimization), one callback per optimizer.
         log_every_n_steps: write the signals to the loggers every this many optimizer steps
@@ -182,6 +194,8 @@ class TrainSignalsCallback(Callback):
         also_stop_on: Iterable[str] = (),
         val_metric: str | None = "val_loss",
         loss_key: str = "loss",
+        logits_key: str | None = "logits",
+        score_metric: str | None = None,
         optimizer_index: int | None = None,
         log_every_n_steps: int | None = None,
         prefix: str | None = None,
@@ -205,6 +219,9 @@ class TrainSignalsCallback(Callback):
             raise ValueError(f"val_metric must be a metric name or None, got {val_metric!r}")
         if not isinstance(loss_key, str) or not loss_key:
             raise ValueError(f"loss_key must be a non-empty string, got {loss_key!r}")
+        for name, key in (("logits_key", logits_key), ("score_metric", score_metric)):
+            if key is not None and (not isinstance(key, str) or not key):
+                raise ValueError(f"{name} must be a non-empty string or None, got {key!r}")
         if prefix is not None and not isinstance(prefix, str):
             raise ValueError(f"prefix must be a string or None, got {prefix!r}")
         self.also_stop_on = check_kinds("also_stop_on", also_stop_on)
@@ -214,6 +231,8 @@ class TrainSignalsCallback(Callback):
         self.on_critical = on_critical
         self.val_metric = val_metric
         self.loss_key = loss_key
+        self.logits_key = logits_key
+        self.score_metric = score_metric
         self.optimizer_index = optimizer_index
         self.log_every_n_steps = log_every_n_steps
         self.prefix = prefix if prefix is not None else (
@@ -233,6 +252,7 @@ class TrainSignalsCallback(Callback):
         self._opt_steps = 0                      # our optimizer's steps during the current batch
         self._loss_sum: torch.Tensor | float | None = None
         self._loss_n = 0
+        self._share: torch.Tensor | None = None  # the latest micro-batch's pred_top_share
         self._warned_val = False
 
     @property
@@ -385,6 +405,9 @@ class TrainSignalsCallback(Callback):
             loss = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
             self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
             self._loss_n += 1
+        logits = outputs.get(self.logits_key) if self.logits_key and isinstance(outputs, Mapping) else None
+        if isinstance(logits, torch.Tensor) and logits.is_floating_point() and logits.dim() >= 2:
+            self._share = pred_top_share(logits)
         if self._opt_steps == 0:
             return                                # accumulating: no optimizer step in this batch
         step = trainer.global_step - 1 + self._offset
@@ -395,7 +418,8 @@ class TrainSignalsCallback(Callback):
             mean = self._loss_sum * (scale / self._loss_n)
         self._opt_steps = 0
         self._loss_sum, self._loss_n = None, 0
-        events = self.watcher.update(loss=mean, step=step)
+        share, self._share = self._share, None
+        events = self.watcher.update(loss=mean, step=step, pred_top_share=share)
         self._last_step = step
         handled = not self.watcher.should_stop    # critical events a rollback took care of
         # with sync_every > 1 the step may still be held on the device: its signals come later
@@ -406,20 +430,27 @@ class TrainSignalsCallback(Callback):
         self._handle(trainer, step, events, criticals_count=not handled, signals=signals)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Feed the validation loss at the current step (not during the sanity check)."""
-        if self.watcher is None or self.val_metric is None or trainer.sanity_checking:
+        """Feed the validation loss (and score) at the current step (not during the sanity check)."""
+        if self.watcher is None or trainer.sanity_checking:
             return
-        value = trainer.callback_metrics.get(self.val_metric)
-        if value is None:
-            if not self._warned_val:
+        fed: dict[str, float] = {}
+        for key, signal in ((self.val_metric, "val_loss"), (self.score_metric, "val_metric")):
+            if key is None:
+                continue
+            value = trainer.callback_metrics.get(key)
+            if value is not None:
+                fed[signal] = _as_float(value)
+            elif not self._warned_val:
                 self._warned_val = True
-                warnings.warn(f"TrainSignalsCallback: val_metric {self.val_metric!r} is not among the logged "
-                              f"metrics {sorted(trainer.callback_metrics)}; no validation loss is fed",
+                warnings.warn(f"TrainSignalsCallback: {'val_metric' if signal == 'val_loss' else 'score_metric'} "
+                              f"{key!r} is not among the logged metrics {sorted(trainer.callback_metrics)}; no "
+                              f"{'validation loss' if signal == 'val_loss' else 'validation score'} is fed",
                               RuntimeWarning, stacklevel=2)
+        if not fed:
             return
         step = max(self._last_step, 0)
         held = self.watcher.flush()   # steps that sync_every held back come first
-        events = held + self.monitor.update(step=step, val_loss=_as_float(value))
+        events = held + self.monitor.update(step=step, val_loss=fed.get("val_loss"), val_metric=fed.get("val_metric"))
         self._handle(trainer, step, events, criticals_count=True, signals={})
 
     # ------------------------------------------------------------------------------------

@@ -51,6 +51,13 @@ Where to call it::
 then does not measure again), or pass the norm that ``clip_grad_norm_`` returns:
 ``watcher.update(loss=loss, grad_norm=total_norm)`` (it is a device tensor: still one transfer).
 
+**Silent collapse** (predictions piling onto one class while the loss falls) shows in the
+``pred_top_share`` signal: :func:`pred_top_share` turns a batch's logits (or class predictions)
+into it on the device; pass it with the loss, ``watcher.update(loss=loss,
+pred_top_share=pred_top_share(logits))``, and it travels in the step's one host transfer. A
+validation accuracy goes in as ``val_metric`` (``watcher.update(..., val_metric=acc)`` or
+``monitor.update(step=..., val_metric=acc)``).
+
 **Gradient accumulation** needs nothing: the hooks are on the optimizer step, so the
 accumulated gradients are measured once per optimizer step; call :meth:`update` once per
 optimizer step (pass the mean loss of the micro-batches).
@@ -114,7 +121,7 @@ from torch.overrides import TorchFunctionMode
 import trainsignals as ts
 from trainsignals import Kind, TrainingFailure, check_kinds, make_event
 
-__all__ = ["TorchWatcher", "TrainingFailure", "WRAPPER_SET", "check_watcher_options"]
+__all__ = ["TorchWatcher", "TrainingFailure", "WRAPPER_SET", "check_watcher_options", "pred_top_share"]
 
 _SATURATING: tuple[tuple[type[nn.Module], float, float], ...] = (
     (nn.Tanh, -0.99, 0.99),     # |y| > 0.99
@@ -723,7 +730,7 @@ class TorchWatcher:
     # The per-step call
     # ------------------------------------------------------------------------------------
     def update(self, loss: Any = None, *, grad_norm: Any = None, val_loss: Any = None,
-               step: int | None = None) -> list[ts.Event]:
+               step: int | None = None, val_metric: Any = None, pred_top_share: Any = None) -> list[ts.Event]:
         """Feed the Monitor this optimizer step's measurements; one host transfer.
 
         Call once per optimizer step, after ``optimizer.step()`` (or ``scaler.step(optimizer)``).
@@ -735,6 +742,9 @@ class TorchWatcher:
                 returned: the norm before clipping).
             val_loss: a validation loss measured at this step.
             step: the step number (default: the number of updates so far, from 0).
+            val_metric: a validation metric (accuracy...) measured at this step.
+            pred_top_share: the share of the most-predicted class in a batch of this step
+                (:func:`pred_top_share`; a device tensor joins the one transfer).
 
         Returns:
             The events raised at this step: the Monitor's, then the adapter's own (skipped
@@ -748,7 +758,8 @@ class TorchWatcher:
             self._fn_exit()
         s = self._step if step is None else int(step)
         scaler_skipped = self.scaler is not None and not self._stepped
-        packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped)
+        packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped,
+                                          more=(("val_metric", val_metric), ("pred_top_share", pred_top_share)))
         # reset for the next step
         self._grad_sq = None
         self._applied_sq = None
@@ -824,8 +835,8 @@ class TorchWatcher:
         self.last_signals = kw
         return events
 
-    def _pack(self, loss: Any, grad_norm: Any, val_loss: Any, *, skipped: bool
-              ) -> tuple[torch.Tensor | None, list[tuple[str, int]], dict[str, Any]]:
+    def _pack(self, loss: Any, grad_norm: Any, val_loss: Any, *, skipped: bool,
+              more: Sequence[tuple[str, Any]] = ()) -> tuple[torch.Tensor | None, list[tuple[str, int]], dict[str, Any]]:
         """Everything measured on the device, as one float32 vector, its layout, and the host values."""
         parts: list[torch.Tensor] = []
         layout: list[tuple[str, int]] = []
@@ -841,7 +852,7 @@ class TorchWatcher:
             layout.append((key, t.numel()))
 
         host: dict[str, Any] = {"measured_acts": self._measure_acts()}
-        for key, v in (("loss", loss), ("grad_norm", grad_norm), ("val_loss", val_loss)):
+        for key, v in (("loss", loss), ("grad_norm", grad_norm), ("val_loss", val_loss), *more):
             if isinstance(v, torch.Tensor):
                 put(key, v)
             elif v is not None:
@@ -890,7 +901,7 @@ class TorchWatcher:
         kw: dict[str, Any] = {}
         if "measured" in got:
             kw["grad_norm"] = float(got["measured"][0])
-        for key in ("loss", "grad_norm", "val_loss"):
+        for key in ("loss", "grad_norm", "val_loss", "val_metric", "pred_top_share"):
             if key in got:
                 kw[key] = float(got[key][0])
             elif key in host:
@@ -1049,6 +1060,55 @@ class TorchWatcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def pred_top_share(outputs: torch.Tensor, *, dim: int = -1, classes: int | None = None) -> torch.Tensor:
+    """The share of the most-predicted class in a batch: the ``pred_top_share`` signal.
+
+    A healthy classifier spreads its answers over the classes the batch holds; one that
+    collapsed puts them all on one. Cheap: one ``argmax`` and one ``scatter_add_`` on the
+    device, no host synchronisation (the result stays a tensor until you ``float()`` it or
+    :meth:`TorchWatcher.update` brings it over with the step's one transfer).
+
+    Args:
+        outputs: logits or probabilities with the classes along ``dim`` (a floating tensor of
+            at least 2 dimensions: ``(batch, classes)``, ``(batch, classes, H, W)`` with
+            ``dim=1``...), or class predictions (an integer or bool tensor of any shape,
+            classes ``>= 0``).
+        dim: the class dimension of floating ``outputs``.
+        classes: the number of classes of integer predictions (default: the largest + 1,
+            which reads it back from the device).
+
+    Returns:
+        A 0-d float32 tensor in [0, 1] on ``outputs``' device (NaN for an empty batch).
+
+    Raises:
+        ValueError: floating ``outputs`` of fewer than 2 dimensions (scores of one class are
+            ambiguous: give the class predictions).
+
+    Example:
+        >>> logits = torch.tensor([[2.0, 0.1, 0.3], [1.5, 0.2, 0.1], [0.1, 3.0, 0.2], [0.9, 0.1, 0.0]])
+        >>> float(pred_top_share(logits))   # 3 of 4 predictions are class 0
+        0.75
+        >>> float(pred_top_share(torch.tensor([1, 1, 1, 1])))
+        1.0
+    """
+    with torch.no_grad():
+        x = outputs.detach()
+        if x.is_floating_point():
+            if x.dim() < 2:
+                raise ValueError(f"outputs must have the classes along dim {dim} (at least 2 dimensions), "
+                                 f"got shape {tuple(x.shape)}; pass class predictions for scores of one class")
+            n_classes = x.shape[dim]
+            preds = x.argmax(dim=dim).reshape(-1)
+        else:
+            preds = x.reshape(-1).long()
+            n_classes = classes if classes is not None else (int(preds.max()) + 1 if preds.numel() else 1)
+        if preds.numel() == 0:
+            return torch.tensor(math.nan, device=x.device)
+        counts = torch.zeros(n_classes, device=x.device, dtype=torch.float32)
+        counts.scatter_add_(0, preds, torch.ones_like(preds, dtype=torch.float32))
+        return counts.max() / preds.numel()
 
 
 def _finite(v: Any) -> bool:

@@ -46,8 +46,10 @@ training ends. Where each signal is read:
   ``val_loss`` at the latest optimizer step (the Monitor can then call overfitting); an
   accuracy-like metric of the same evaluation (``score_metric``; by default the first of
   ``eval_accuracy``, ``eval_acc``, ``eval_f1``, ``eval_exact_match``,
-  ``eval_matthews_correlation``) is kept in :attr:`TrainSignalsCallback.val_history` and logged
-  (the Monitor takes no such signal).
+  ``eval_matthews_correlation``) is kept in :attr:`TrainSignalsCallback.val_history`, logged and
+  fed as ``val_metric`` (higher is better, the Monitor's default ``val_metric_mode``; for a
+  ``score_metric`` where lower is better, pass ``monitor=Monitor(val_metric_mode="min")``), so a
+  score falling back to chance while the training loss falls is reported as ``silent_collapse``.
 
 The Trainer is found when training begins by looking up the call stack for the ``Trainer`` whose
 callbacks hold this one (any subclass counts); :meth:`TrainSignalsCallback.attach` names it
@@ -230,8 +232,8 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
             e.g. ``("overfitting",)`` for early stopping.
         val_metric: the ``on_evaluate`` metric fed as ``val_loss``; None feeds none. A missing
             key gives one warning.
-        score_metric: an accuracy-like evaluation metric kept in :attr:`val_history` and
-            logged: a metric name, ``"auto"`` (the first of ``accuracy``, ``acc``, ``f1``,
+        score_metric: an accuracy-like evaluation metric kept in :attr:`val_history`, logged
+            and fed as ``val_metric``: a metric name, ``"auto"`` (the first of ``accuracy``, ``acc``, ``f1``,
             ``exact_match``, ``matthews_correlation`` with ``val_metric``'s prefix, e.g.
             ``eval_accuracy``), or None.
         save_on_stop: keep the checkpoint the Trainer would save at the step this callback
@@ -571,13 +573,14 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
         step = max(self._last_step, 0)
         record: dict[str, float] = {"step": float(step), "val_loss": float(value)}
         name = self._score_name(metrics)
+        score = None
         if name is not None and isinstance(metrics.get(name), (int, float)):
-            record[name] = float(metrics[name])
+            score = record[name] = float(metrics[name])
             self._latest[name] = float(metrics[name])
         self.val_history.append(record)
         self._latest[self.val_metric] = float(value)
         held = self.watcher.flush()   # steps that sync_every held back come first
-        events = held + self.monitor.update(step=step, val_loss=float(value))
+        events = held + self.monitor.update(step=step, val_loss=float(value), val_metric=score)
         self._handle(args, state, control, step, events, criticals_count=True, in_step=False)
 
     def _score_name(self, metrics: Mapping[str, Any]) -> str | None:

@@ -78,6 +78,16 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         lr = np.full(n, 1e-3)
         lr[::7] = np.nan
         return {"update_ratio": r, "lr": lr} if isinstance(det, ts.UpdateRatioBelowBand) else {"update_ratio": r}
+    if isinstance(det, ts.TopShareCollapse):  # predictions pile onto one class from step 300 on
+        share = np.clip(0.15 + rng.normal(0, 0.03, n), 0, 1)
+        share[300:] = np.clip(share[300:] + np.minimum(np.arange(n - 300) / 30, 1) * 0.8, 0, 1)
+        share[::13] = np.nan
+        return {"pred_top_share": share, "loss": np.exp(-np.arange(n) / 300) * np.exp(rng.normal(0, 0.02, n))}
+    if isinstance(det, ts.ValMetricChance):  # accuracy learned, then back at chance from step 350
+        acc = 0.1 + 0.8 * (1 - np.exp(-np.arange(n) / 60)) + rng.normal(0, 0.01, n)
+        acc[350:] = 0.1 + rng.normal(0, 0.01, n - 350)
+        acc[::17] = np.nan
+        return {"val_metric": acc, "loss": np.exp(-np.arange(n) / 300)}
     return {det.inputs[0].name: loss}
 
 
@@ -102,6 +112,9 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "UpdateRatioAboveBand": ts.UpdateRatioAboveBand,
     "UpdateRatioAboveBand-cooldown": lambda: ts.UpdateRatioAboveBand(cooldown=30),
     "UpdateRatioBelowBand": ts.UpdateRatioBelowBand,
+    "TopShareCollapse": ts.TopShareCollapse,
+    "ValMetricChance": ts.ValMetricChance,
+    "ValMetricChance-min": lambda: ts.ValMetricChance(mode="min", chance=0.9, cooldown=0),
 }
 
 

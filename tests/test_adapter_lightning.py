@@ -500,6 +500,32 @@ def test_missing_val_metric_warns_once() -> None:
     assert sum("val_acc" in str(w.message) for w in record) == 1
 
 
+class LogitsMLP(DigitsMLP):
+    """Returns its logits beside the loss and logs a validation accuracy."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        logits = self.net(x)
+        return {"loss": F.cross_entropy(logits, y), "logits": logits}
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        logits = self.net(x)
+        self.log("val_loss", F.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(-1) == y).float().mean())
+
+
+def test_returned_logits_feed_pred_top_share_and_a_score_feeds_val_metric() -> None:
+    spy = Spy()
+    cb = TrainSignalsCallback(ts.Monitor(recorder=spy), score_metric="val_acc", verbose=0)
+    fit(LogitsMLP(0), [cb], steps=30, val=True, val_check_interval=10)
+    shares = [r["pred_top_share"] for _, r in spy.rows if "pred_top_share" in r]
+    assert len(shares) == 30 and all(0.0 < v <= 1.0 for v in shares)
+    scores = [r["val_metric"] for _, r in spy.rows if "val_metric" in r]
+    assert len(scores) == 3 and all(0.0 <= v <= 1.0 for v in scores)
+    assert all("val_loss" in r for _, r in spy.rows if "val_metric" in r)
+
+
 @pytest.mark.parametrize(("kwargs", "name"), [
     ({"on_critical": "halt"}, "on_critical"),
     ({"also_stop_on": ("overfit",)}, "also_stop_on"),
@@ -509,6 +535,8 @@ def test_missing_val_metric_warns_once() -> None:
     ({"total_steps": 0}, "total_steps"),
     ({"val_metric": ""}, "val_metric"),
     ({"loss_key": ""}, "loss_key"),
+    ({"logits_key": ""}, "logits_key"),
+    ({"score_metric": 3}, "score_metric"),
     ({"per_layer": "tensor"}, "per_layer"),
     ({"update_ratio_every": -1}, "update_ratio_every"),
     ({"bogus_option": 1}, "bogus_option"),

@@ -330,6 +330,8 @@ def test_healthy_classifier_is_quiet_and_gets_eval_loss_and_accuracy(tmp_path: P
     assert [h["val_loss"] for h in cb.val_history] == pytest.approx([r["eval_loss"] for r in evals])
     assert [h["eval_accuracy"] for h in cb.val_history] == pytest.approx([r["eval_accuracy"] for r in evals])
     assert [rec.signals[r["step"] - 1]["val_loss"] for r in evals] == pytest.approx([r["eval_loss"] for r in evals])
+    # the accuracy is the Monitor's val_metric too (a real healthy run: ValMetricChance stays quiet above)
+    assert [rec.signals[r["step"] - 1]["val_metric"] for r in evals] == pytest.approx([r["eval_accuracy"] for r in evals])
     assert cb.val_history[-1]["eval_accuracy"] > 0.6              # it learned the rule
     last = train_rows(trainer)[-1]                                # rows after an evaluation carry it
     assert last["trainsignals/eval_accuracy"] == pytest.approx(evals[-2]["eval_accuracy"])

@@ -127,7 +127,7 @@ def test_reset_equals_fresh(scalar_detector):
 def test_nonfinite_leaves_statistics_untouched(scalar_detector, bad):
     arrays = scalar_streams(scalar_detector)
     first = scalar_detector.inputs[0].name
-    if bad < 0 and ts.SIGNALS[first].nonneg:
+    if (bad < 0 and ts.SIGNALS[first].nonneg) or (bad > 1 and ts.SIGNALS[first].fraction):
         with pytest.raises(ValueError, match=first):  # impossible, not merely non-finite
             scalar_detector.update(**{first: bad})
         return
@@ -200,6 +200,10 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.LayerUpdateRatio, "drop", -1.0),
         (ts.LayerUpdateRatio, "warmup", 0),
         (ts.ActivationHealth, "dead_threshold", 1.5),
+        (ts.TopShareCollapse, "rise", 1.0),
+        (ts.TopShareCollapse, "cooldown", -1),
+        (ts.ValMetricChance, "mode", "up"),
+        (ts.ValMetricChance, "back", 0.0),
     ],
 )
 def test_bad_configuration_names_the_parameter(factory, param, value):

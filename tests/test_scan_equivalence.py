@@ -49,6 +49,12 @@ def regime_stream(seed: int, n: int, n_regimes: int, nan_rate: float, nsig: int)
     return out
 
 
+def as_fraction(a: np.ndarray) -> np.ndarray:
+    """A positive stream squeezed into [0, 1] (a fraction signal refuses anything else); NaN stays."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isinf(a), 1.0, a / (1.0 + a))
+
+
 @settings(max_examples=int(__import__("os").environ.get("TS_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(NAMES),
@@ -64,6 +70,7 @@ def test_scan_in_random_chunks_equals_streaming(name, seed, n, n_regimes, nan_ra
     arrays = dict(zip(names, regime_stream(seed, n, n_regimes, nan_rate, len(names))))
     # a negative grad norm, rate or ratio is refused (ValueError); the streams' -1 becomes 0 there
     arrays = {k: np.where(a < 0, 0.0, a) if ts.SIGNALS[k].nonneg else a for k, a in arrays.items()}
+    arrays = {k: as_fraction(a) if ts.SIGNALS[k].fraction else a for k, a in arrays.items()}
     streamed = []
     for t in range(n):
         streamed += ref.update(step=t, **{k: float(a[t]) for k, a in arrays.items()})
@@ -83,6 +90,7 @@ def test_long_regimes_equal_streaming_for_all_detectors(seed, n):
         ref = SCALAR_FACTORIES[name]()
         names = [i.name for i in ref.inputs]
         arrays = dict(zip(names, regime_stream(seed, n, 4, 0.0, len(names))))
+        arrays = {k: as_fraction(a) if ts.SIGNALS[k].fraction else a for k, a in arrays.items()}
         streamed = [e for t in range(n) for e in ref.update(step=t, **{k: float(a[t]) for k, a in arrays.items()})]
         det = SCALAR_FACTORIES[name]()
         assert close_events(streamed, det.scan(**arrays)), name

@@ -40,9 +40,11 @@ from .detectors import (  # noqa: E402
     Oscillation,
     RankOutliers,
     SlopeDivergence,
+    TopShareCollapse,
     TrainValGap,
     UpdateRatioAboveBand,
     UpdateRatioBelowBand,
+    ValMetricChance,
 )
 from .signals import SIGNALS  # noqa: E402
 from .suite import default_suite  # noqa: E402
@@ -80,10 +82,12 @@ __all__ = [
     "Recorder",
     "STATUSES",
     "SlopeDivergence",
+    "TopShareCollapse",
     "TrainValGap",
     "TrainingFailure",
     "UpdateRatioAboveBand",
     "UpdateRatioBelowBand",
+    "ValMetricChance",
     "__version__",
     "scan",
 ]

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._events import Event, Kind, check_kinds
 from ._recorder import Recorder
-from ._validate import check_range, to_step
+from ._validate import check_choice, check_range, to_step
 from ._version import __version__
 from .detectors._base import Detector, _jsonable
 from .signals import DENSE_SIGNALS, SIGNALS, Column, column, dense_values, layers, scalar
@@ -111,6 +111,8 @@ class Monitor:
             keep it above the detectors' cooldowns (100 steps by default), since a detector
             does not repeat an ongoing failure during its cooldown.
         min_patience: smallest stall patience derived from ``total_steps``.
+        val_metric_mode: the direction of ``val_metric`` for the default suite: ``"max"``
+            (higher is better: accuracy, F1) or ``"min"`` (an error rate).
         max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
         recorder: receives every update and its events (e.g. a ``TraceWriter``); see
             :class:`~trainsignals.Recorder`.
@@ -121,7 +123,7 @@ class Monitor:
             ``stall_grad_collapse``, ``stall_slowdown``, ``stall_frozen_updates``,
             ``stall_never_improved``, ``stall_abrupt``, ``oscillation``, ``grad_explosion``,
             ``coupling``, ``lr_anomaly``, ``update_ratio_high``, ``update_ratio_low``,
-            ``overfitting``, ``layer_cliff``, ``layer_update_ratio``, ``activations``.
+            ``overfitting``, ``layer_cliff``, ``layer_update_ratio``, ``activations``, ``pred_collapse``, ``val_metric_chance``.
 
     Raises:
         TypeError: an unknown keyword.
@@ -164,6 +166,7 @@ class Monitor:
         min_patience: int = 50,
         max_events: int = 10_000,
         recorder: Recorder | None = None,
+        val_metric_mode: str = "max",
         **settings: Any,
     ) -> None:
         if total_steps is not None:
@@ -172,6 +175,7 @@ class Monitor:
         check_range("recovery", recovery, 1, None, integer=True)
         check_range("min_patience", min_patience, 2, None, integer=True)
         check_range("max_events", max_events, 1, None, integer=True)
+        check_choice("val_metric_mode", val_metric_mode, ("max", "min"))
         kinds = tuple(k.value for k in Kind)
         if stop_on is not None:
             stop_on = check_kinds("stop_on", stop_on)
@@ -181,13 +185,15 @@ class Monitor:
         self.recovery = recovery
         self.min_patience = min_patience
         self.max_events = max_events
+        self.val_metric_mode = val_metric_mode
         if recorder is not None and not isinstance(recorder, Recorder):
             raise ValueError(f"recorder must have record() and record_batch() methods, got {recorder!r}")
         self.recorder = recorder
         self.settings = copy.deepcopy(settings)
         if suite is None:
             try:
-                suite = default_suite(total_steps, min_patience=min_patience, **settings)
+                suite = default_suite(total_steps, min_patience=min_patience, val_metric_mode=val_metric_mode,
+                                      **settings)
             except TypeError as exc:
                 raise TypeError(f"Monitor() got {exc}") from exc
         elif settings:
@@ -284,11 +290,12 @@ class Monitor:
 
     @property
     def status(self) -> str:
-        """``"warming_up" | "healthy" | "stalled" | "oscillating" | "diverging"``.
+        """``"warming_up" | "healthy" | "stalled" | "oscillating" | "collapsed" | "diverging"``.
 
         ``warming_up`` until ``warmup`` loss values were seen. A failed state is entered by
         its events (``nonfinite``, ``divergence``, ``grad_explosion`` -> diverging;
-        ``oscillation`` -> oscillating; ``stall`` -> stalled) and left once ``recovery``
+        ``silent_collapse`` -> collapsed; ``oscillation`` -> oscillating; ``stall`` -> stalled)
+        and left once ``recovery``
         steps pass without another event of its kinds — except after a non-finite value,
         which keeps the run diverging until finite values return. The worst live state wins.
         """
@@ -325,6 +332,8 @@ class Monitor:
         activations: Any = None,
         events: Sequence[Event] | None = None,
         layer_update_ratios: Any = None,
+        val_metric: Any = None,
+        pred_top_share: Any = None,
     ) -> list[Event]:
         """Feed one step's signals (any subset); returns the events raised at this step.
 
@@ -338,7 +347,8 @@ class Monitor:
             TypeError: a signal is not a number (or mapping/sequence for vectors), or ``events``
                 holds something other than :class:`Event`; the message names it. Nothing is
                 recorded for that call.
-            ValueError: a negative grad norm, learning rate or update ratio; a decreasing step.
+            ValueError: a negative grad norm, learning rate or update ratio, a ``pred_top_share``
+                outside [0, 1]; a decreasing step.
         """
         s = self._step + 1 if step is None else to_step(step)
         if s < self._step:
@@ -361,6 +371,10 @@ class Monitor:
             vals["update_ratio"] = scalar("update_ratio", update_ratio)
         if val_loss is not None:
             vals["val_loss"] = val_loss if type(val_loss) is float else scalar("val_loss", val_loss)
+        if val_metric is not None:
+            vals["val_metric"] = scalar("val_metric", val_metric)
+        if pred_top_share is not None:
+            vals["pred_top_share"] = scalar("pred_top_share", pred_top_share)
         if layer_grad_norms is not None and _given(layer_grad_norms):
             vals["layer_grad_norms"] = layers("layer_grad_norms", layer_grad_norms,
                                               self._layer_names.get("layer_grad_norms"))
@@ -425,6 +439,8 @@ class Monitor:
         layer_grad_norms: Any = None,
         activations: Any = None,
         layer_update_ratios: Any = None,
+        val_metric: Any = None,
+        pred_top_share: Any = None,
     ) -> list[Event]:
         """Batch path: whole arrays in, exactly the events of feeding :meth:`update` step by step.
 
@@ -437,15 +453,17 @@ class Monitor:
         ``layer_grad_norms``, ``layer_update_ratios`` and ``activations`` may also be aligned
         with ``step`` directly
         (a ``{name: array}`` mapping or a 2-D array). Accepts lists, NumPy arrays, pandas or
-        polars columns and pyarrow arrays. Returns the new events; the Monitor's state
-        advances as if every step had been fed.
+        polars columns and pyarrow arrays. ``val_metric`` is a ``(steps, values)`` pair like
+        ``val_loss``; ``pred_top_share`` is aligned (with gaps) or a pair. Returns the new
+        events; the Monitor's state advances as if every step had been fed.
         """
         given = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "update_ratio": update_ratio, "val_loss": val_loss,
                  "layer_grad_norms": layer_grad_norms, "layer_update_ratios": layer_update_ratios,
-                 "activations": activations}
+                 "activations": activations, "val_metric": val_metric, "pred_top_share": pred_top_share}
         raw = {k: v for k, v in given.items() if v is not None}
-        if "val_loss" in raw and not (isinstance(val_loss, tuple) and len(val_loss) == 2):
-            raise TypeError("val_loss must be a (steps, values) pair: validation has its own cadence")
+        for name in ("val_loss", "val_metric"):
+            if name in raw and not (isinstance(raw[name], tuple) and len(raw[name]) == 2):
+                raise TypeError(f"{name} must be a (steps, values) pair: validation has its own cadence")
         cols: dict[str, Column] = {}
         for name, v in raw.items():
             c = column(name, v, self._layer_names.get(name))
@@ -514,7 +532,10 @@ class Monitor:
                     rec[name] = c.values if c.mask is None else np.ma.masked_array(c.values, mask=~c.mask)
         vc = cols.get("val_loss")
         val = None if vc is None or vc.steps is None else (vc.steps, vc.values)
-        extra = {}
+        extra: dict[str, Any] = {}
+        mc = cols.get("val_metric")
+        if mc is not None and mc.steps is not None and _takes(self.recorder.record_batch, "val_metric"):
+            extra["val_metric"] = (mc.steps, mc.values)
         lu = self._sparse_or_dense("layer_update_ratios", raw.get("layer_update_ratios"), steps)
         if lu is not None and _takes(self.recorder.record_batch, "layer_update_ratios"):
             extra["layer_update_ratios"] = lu
@@ -587,7 +608,7 @@ class Monitor:
         """The Monitor's configuration (what a snapshot must match to be loaded)."""
         return {"total_steps": self.total_steps, "stop_on": self.stop_on, "warmup": self.warmup,
                 "recovery": self.recovery, "min_patience": self.min_patience, "max_events": self.max_events,
-                "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()}}
+                "val_metric_mode": self.val_metric_mode, "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any], *, rewind: bool = False) -> None:
         """Resume from :meth:`state_dict`. Refuses a foreign or mismatched snapshot, naming keys.
@@ -641,8 +662,9 @@ def scan(data: Any = None, /, *, total_steps: int | None = None, **signals: Any)
     ``ts.scan(loss=..., grad_norm=..., ...)`` takes the keywords of :meth:`Monitor.scan`.
     ``data`` may instead hold the columns: a pyarrow ``Table`` (a null is "not measured", a
     NaN a measured non-finite value), a pandas or polars ``DataFrame`` or a mapping of columns,
-    named ``step``, ``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss`` (others are
-    ignored; keywords override columns). ``val_loss`` is taken at the rows where it was
+    named ``step``, ``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss``,
+    ``val_metric``, ``pred_top_share`` (others are ignored; keywords override columns).
+    ``val_loss`` and ``val_metric`` are taken at the rows where they were
     measured: non-null in a pyarrow table; in a DataFrame or mapping, NaN marks the rows without
     validation (pandas' own missing marker).
 
@@ -671,13 +693,15 @@ def _columns(data: Any) -> dict[str, Any]:
     else:
         raise TypeError(f"data must be a pyarrow Table, a DataFrame or a mapping of columns, got {type(data).__name__}")
     out = {k: cols[k] for k in ("step", *DENSE_SIGNALS) if k in cols}
-    if "val_loss" in cols:
-        vals, measured = dense_values("val_loss", cols["val_loss"])
+    for name in ("val_loss", "val_metric"):  # the sparse signals: taken at the rows where measured
+        if name not in cols:
+            continue
+        vals, measured = dense_values(name, cols[name])
         if measured is None:
-            measured = ~np.isnan(vals) if not hasattr(cols["val_loss"], "null_count") else np.ones(len(vals), bool)
+            measured = ~np.isnan(vals) if not hasattr(cols[name], "null_count") else np.ones(len(vals), bool)
         n = len(vals)
         st = np.asarray(cols["step"]) if "step" in cols else np.arange(n)
-        out["val_loss"] = (np.asarray(st)[measured].astype(np.int64), vals[measured])
+        out[name] = (np.asarray(st)[measured].astype(np.int64), vals[measured])
     return out
 
 

@@ -3,20 +3,28 @@
 Every signal the :class:`~trainsignals.Monitor` accepts, every detector input and every trace
 column is one of :data:`SIGNALS`. A signal has a *form* — ``"scalar"`` (one number a step),
 ``"layers"`` (one number per layer, :class:`~trainsignals.LayerValues`) or ``"activations"``
-(per-layer statistics) — whether it must be non-negative, and whether it is *sparse* (measured
-at its own cadence, such as ``val_loss``). The Monitor, the detectors' ``update``/``scan``,
+(per-layer statistics) — whether it must be non-negative (or a fraction in [0, 1]), and whether
+it is *sparse* (measured at its own cadence, such as ``val_loss`` and ``val_metric``).
+
+``val_metric`` is any validation metric (accuracy, F1, ...; its direction is the Monitor's
+``val_metric_mode``); ``pred_top_share`` is the share of the most-predicted class among a
+sampled batch's predictions (:func:`trainsignals.adapters.torch.pred_top_share` measures it). The Monitor, the detectors' ``update``/``scan``,
 the traces and the importers all go through the functions here, so a value is checked the
 same way wherever it enters.
 
 Example:
     >>> SIGNALS["grad_norm"]
-    Signal(name='grad_norm', form='scalar', nonneg=True, sparse=False)
+    Signal(name='grad_norm', form='scalar', nonneg=True, sparse=False, fraction=False)
     >>> scalar("loss", 10 ** 400)   # too large for a float: an infinite value, reported as one
     inf
     >>> scalar("lr", -1.0)
     Traceback (most recent call last):
     ...
     ValueError: lr must be >= 0, got -1.0
+    >>> scalar("pred_top_share", 1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: pred_top_share must be a fraction in [0, 1], got 1.5
 """
 
 from __future__ import annotations
@@ -42,12 +50,14 @@ class Signal:
         form: ``"scalar"``, ``"layers"`` or ``"activations"``.
         nonneg: negative values are impossible (a ``ValueError`` naming the signal).
         sparse: measured at its own cadence (``scan`` takes it as a ``(steps, values)`` pair).
+        fraction: a finite value must lie in [0, 1] (a ``ValueError`` naming the signal).
     """
 
     name: str
     form: str = "scalar"
     nonneg: bool = False
     sparse: bool = False
+    fraction: bool = False
 
 
 #: Every signal, in the order the Monitor reports and records them.
@@ -57,6 +67,8 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("lr", nonneg=True),
     Signal("update_ratio", nonneg=True),
     Signal("val_loss", sparse=True),
+    Signal("val_metric", sparse=True),
+    Signal("pred_top_share", nonneg=True, fraction=True),
     Signal("layer_grad_norms", form="layers", nonneg=True),
     Signal("layer_update_ratios", form="layers", nonneg=True),
     Signal("activations", form="activations"),
@@ -92,8 +104,11 @@ def scalar(name: str, x: Any) -> float:
             x = math.inf if x > 0 else -math.inf  # a huge Python integer: beyond float range
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be a real number, got {type(x).__name__}") from exc
-    if x < 0.0 and SIGNALS[name].nonneg:
+    sig = SIGNALS[name]
+    if x < 0.0 and sig.nonneg and not sig.fraction:
         raise ValueError(f"{name} must be >= 0, got {x}")
+    if sig.fraction and (x < 0.0 or x > 1.0):  # NaN passes: a measured non-finite value
+        raise ValueError(f"{name} must be a fraction in [0, 1], got {x}")
     return x
 
 
@@ -390,6 +405,8 @@ def column(name: str, value: Any, known: tuple[str, ...] | None = None) -> Colum
     names = None
     if sig.form == "scalar":
         arr, mask = dense_values(name, value)
+        if sig.fraction and np.any((arr < 0) | (arr > 1)):
+            raise ValueError(f"{name} must hold fractions in [0, 1]")
         if sig.nonneg and np.any(arr < 0):
             raise ValueError(f"{name} must be >= 0")
         if mask is not None:  # gaps: the measured entries at their own steps

@@ -19,7 +19,7 @@ from ._events import Event, Kind
 __all__ = ["STATUSES", "STATE_OF", "RANK", "state_of"]
 
 #: Every value :attr:`Monitor.status` takes, from the start of a run to the worst state.
-STATUSES = ("warming_up", "healthy", "stalled", "oscillating", "diverging")
+STATUSES = ("warming_up", "healthy", "stalled", "oscillating", "collapsed", "diverging")
 
 #: Which kinds put the run in which failed state.
 STATE_OF: dict[Kind, str] = {
@@ -28,10 +28,13 @@ STATE_OF: dict[Kind, str] = {
     Kind.GRAD_EXPLOSION: "diverging",
     Kind.OSCILLATION: "oscillating",
     Kind.STALL: "stalled",
+    Kind.SILENT_COLLAPSE: "collapsed",
 }
 
-#: How bad each failed state is (the worst live one is the status).
-RANK: dict[str, int] = {"diverging": 3, "oscillating": 2, "stalled": 1}
+#: How bad each failed state is (the worst live one is the status). A collapsed run answers one
+#: class while its loss looks fine: worse than a stalled or oscillating one, which may still
+#: learn; a diverging run is lost outright.
+RANK: dict[str, int] = {"diverging": 4, "collapsed": 3, "oscillating": 2, "stalled": 1}
 
 
 def state_of(event: Event) -> str | None:

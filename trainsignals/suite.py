@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._validate import check_range
+from ._validate import check_choice, check_range
 from .detectors import (
     AbruptPlateau,
     ActivationHealth,
@@ -38,9 +38,11 @@ from .detectors import (
     NonFinite,
     Oscillation,
     SlopeDivergence,
+    TopShareCollapse,
     TrainValGap,
     UpdateRatioAboveBand,
     UpdateRatioBelowBand,
+    ValMetricChance,
 )
 
 __all__ = ["default_suite", "SUITE_NAMES"]
@@ -76,6 +78,8 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("layer_cliff", LayerGradCliff, {}, None),
     ("layer_update_ratio", LayerUpdateRatio, {}, None),
     ("activations", ActivationHealth, {}, None),
+    ("pred_collapse", TopShareCollapse, {}, None),
+    ("val_metric_chance", ValMetricChance, {}, None),
 )
 
 #: The names of the default suite, in order.
@@ -90,13 +94,16 @@ def default_settings(name: str) -> dict[str, Any]:
     raise KeyError(f"no detector {name!r} in the default suite; names are {list(SUITE_NAMES)}")
 
 
-def default_suite(total_steps: int | None = None, *, min_patience: int = 50, **settings: Any) -> dict[str, Detector]:
+def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val_metric_mode: str = "max",
+                  **settings: Any) -> dict[str, Detector]:
     """The default detectors, freshly built, as ``{name: detector}``.
 
     Args:
         total_steps: planned run length, if known; sets the patience of the ``stall_*`` rules
             to 10 % of it (at least ``min_patience``).
         min_patience: smallest stall patience derived from ``total_steps``.
+        val_metric_mode: the direction of ``val_metric`` (``"max"``: higher is better, or
+            ``"min"``), the ``mode`` of every detector that reads it.
         **settings: per-detector settings by name, e.g. ``loss_spike={"threshold": 8}``;
             ``name=False`` leaves a detector out.
 
@@ -107,6 +114,7 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, **s
     if total_steps is not None:
         check_range("total_steps", total_steps, 1, None, integer=True)
     check_range("min_patience", min_patience, 2, None, integer=True)
+    check_choice("val_metric_mode", val_metric_mode, ("max", "min"))
     unknown = sorted(set(settings) - set(SUITE_NAMES))
     if unknown:
         raise TypeError(f"unknown detector setting(s) {unknown}; the default suite's detectors are {list(SUITE_NAMES)}")
@@ -120,6 +128,8 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, **s
         if not isinstance(opt, Mapping):
             raise ValueError(f"{name} must be a mapping of settings or False, got {opt!r}")
         kw = {**base, **(planned(total_steps, min_patience) if planned else {}), **opt}
+        if any(i.name == "val_metric" for i in cls.inputs):  # the metric's direction, set once for the run
+            kw = {"mode": val_metric_mode, **kw}
         try:
             suite[name] = cls(**kw)
         except TypeError as exc:

@@ -273,8 +273,9 @@ def example_inputs(detector: Any, n: int = 600, seed: int = 0) -> dict[str, Any]
     """Made-up inputs for every input a detector declares: ``{name: data}`` for :func:`check_detector`.
 
     Scalars are aligned arrays of ``n`` positive values with noise, a spike, a sawtooth, a climb
-    and one NaN (the learning rate is piecewise constant with a jump); ``val_loss`` is a
-    ``(steps, values)`` pair every 20 steps; per-layer inputs are ``{layer: array}`` with one
+    and one NaN (the learning rate is piecewise constant with a jump; ``pred_top_share`` a
+    fraction that climbs to 1 from the middle on); ``val_loss`` and ``val_metric`` (an accuracy
+    that falls back to chance) are ``(steps, values)`` pairs every 20 steps; per-layer inputs are ``{layer: array}`` with one
     layer collapsing; activations are ``{layer: {"dead_frac": array, "saturation": array}}``.
     """
     import numpy as np
@@ -289,6 +290,13 @@ def example_inputs(detector: Any, n: int = 600, seed: int = 0) -> dict[str, Any]
         if inp.name == "val_loss":
             vs = np.arange(0, n, 20)
             out[inp.name] = (vs, np.exp(-vs / 300) + np.where(vs > n // 2, 0.002 * (vs - n // 2), 0.0))
+        elif inp.name == "val_metric":
+            vs = np.arange(0, n, 20)
+            out[inp.name] = (vs, np.where(vs > 2 * n // 3, 0.1, 0.9 - 0.8 * np.exp(-vs / 60)))
+        elif inp.name == "pred_top_share":
+            x = np.clip(0.2 + rng.normal(0, 0.02, n) + np.clip((t - n // 2) / 40, 0, 0.8), 0, 1)
+            x[min(n - 1, 7 * n // 8)] = np.nan
+            out[inp.name] = x
         elif inp.name == "lr":
             lr = np.where(t < n // 2, 1e-3, 3e-2)
             out[inp.name] = lr.astype(float)
@@ -495,7 +503,9 @@ def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = 
         head = [r for r in rows if r[0] < cuts[-1]]
         stream(d, head)
         s, kw = next((r for r in rows if r[0] >= cuts[-1]), rows[-1])
-        for bad in (math.nan, math.inf) if SIGNALS[inp.name].nonneg else (math.nan, math.inf, -math.inf):
+        sig = SIGNALS[inp.name]
+        for bad in (math.nan,) if sig.fraction else (math.nan, math.inf) if sig.nonneg else (
+                math.nan, math.inf, -math.inf):
             snap = d.state_dict()
             got = d.update(step=s, **{**kw, inp.name: bad})
             after = d.state_dict()

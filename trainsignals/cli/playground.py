@@ -117,7 +117,7 @@ def run_playground(lr: float, steps: int, do_sweep: bool) -> int:
         console.print(edge)
         return 0
     colours = {"warming_up": "cyan", "healthy": "green", "stalled": "yellow", "oscillating": "magenta",
-               "diverging": "red"}
+               "collapsed": "red", "diverging": "red"}
     for t in descend(lr, steps):
         c = colours.get(t.status, "white")
         console.print(f"step {t.step:>3}  w {t.w:>10.4g}  loss {t.loss:>10.4g}  |grad| {t.grad_norm:>9.4g}  "

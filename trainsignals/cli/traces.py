@@ -396,7 +396,7 @@ def _live_view(w: _Watch, state: str, most: int = 8) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
-    style = {"diverging": "bold red", "oscillating": "magenta", "stalled": "yellow",
+    style = {"diverging": "bold red", "collapsed": "red", "oscillating": "magenta", "stalled": "yellow",
              "healthy": "green"}.get(w.status, "")
     parts: list[RenderableType] = [Text(w.line(state), style=style)]
     for e in w.events[-most:]:

@@ -43,7 +43,7 @@ import json
 import math
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,10 @@ class Curve:
         saturation: Same shape, fraction of tanh/sigmoid outputs at their limits.
         first_nonfinite_step: First step where ``loss`` or ``grad_norm`` is not finite, ``-1``
             if none.
+        val_metric: Validation accuracy at ``val_steps`` (healthy and ``silent_collapse``
+            curves; empty for the other kinds and for the committed suite, which predates it).
+        pred_steps: Steps at which a batch's predictions were sampled (int64; same curves).
+        pred_top_share: Share of the most-predicted class in that batch, at ``pred_steps``.
     """
 
     name: str
@@ -131,6 +135,9 @@ class Curve:
     dead_frac: np.ndarray
     saturation: np.ndarray
     first_nonfinite_step: int
+    val_metric: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    pred_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    pred_top_share: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         n = self.total_steps
@@ -148,9 +155,14 @@ class Curve:
         shape = (len(self.act_steps), len(self.act_layer_names))
         if self.dead_frac.shape != shape or self.saturation.shape != shape:
             raise ValueError(f"dead_frac and saturation must have shape {shape}")
+        if len(self.val_metric) not in (0, len(self.val_steps)):
+            raise ValueError("val_metric must be empty or have one value per val_steps entry")
+        if self.pred_top_share.shape != self.pred_steps.shape:
+            raise ValueError("pred_top_share and pred_steps must have the same length")
         for field_name in (
             "steps", "loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss",
-            "layer_grad_norms", "act_steps", "dead_frac", "saturation",
+            "layer_grad_norms", "act_steps", "dead_frac", "saturation", "val_metric", "pred_steps",
+            "pred_top_share",
         ):
             getattr(self, field_name).setflags(write=False)
 
@@ -165,8 +177,14 @@ class Curve:
         Returns:
             ``{"step", "loss", "grad_norm", "lr", "update_ratio", "val_loss": (steps, values),
             "layer_grad_norms": {layer: norms}, "activations": (steps, {layer: {"dead_frac":
-            ..., "saturation": ...}})}``.
+            ..., "saturation": ...}})}``, and ``"val_metric"``, ``"pred_top_share"`` as
+            ``(steps, values)`` pairs where the curve has them.
         """
+        extra: dict[str, Any] = {}
+        if len(self.val_metric):
+            extra["val_metric"] = (self.val_steps, self.val_metric)
+        if len(self.pred_top_share):
+            extra["pred_top_share"] = (self.pred_steps, self.pred_top_share)
         return {
             "step": self.steps,
             "loss": self.loss,
@@ -182,6 +200,7 @@ class Curve:
                     for j, name in enumerate(self.act_layer_names)
                 },
             ),
+            **extra,
         }
 
     def __repr__(self) -> str:
@@ -846,6 +865,46 @@ def _silent_collapse(run: _Run, rng: np.random.Generator, d: str, onset: int) ->
     run.spike_size[onset:] = 0.0
 
 
+def _classifier(run: _Run, rng: np.random.Generator, d: str, onset: int, vs: np.ndarray) -> dict[str, np.ndarray]:
+    """A classifier's validation accuracy and the top-class share of sampled batches' predictions.
+
+    Drawn after every other draw, from a generator of their own, so the other signals of a curve
+    are those it had before these two existed. ``classes`` in 2 .. 1000 (log-uniform), the
+    largest class's frequency 1 .. 3 times ``1 / classes`` (at most 0.8); a batch of 32 .. 512
+    predictions sampled every 1, 2 or 5 steps, its top share counted from a multinomial draw.
+    At initialisation the predictions concentrate (top share up to 0.6 above the largest class)
+    and spread out within the first tenth of the run. The accuracy climbs from the largest
+    class's frequency with training progress (``1 - g`` of the loss trend), measured on 500 ..
+    20,000 samples. A collapse (``onset >= 0``) drives the top share to 0.8 .. 1 and the
+    accuracy to the largest class's frequency over 5 .. 50 steps (smoothstep).
+    """
+    n = run.n
+    k = int(round(_logu(rng, 2.0, 1000.0)))
+    major = min(0.8, _logu(rng, 1.0, 3.0) / k)
+    batch = int(round(_logu(rng, 32.0, 512.0)))
+    every = int(rng.choice([1, 2, 5]))
+    ps = np.arange(0, n, every, dtype=np.int64)
+    t = ps.astype(np.float64)
+    init = _u(rng, 0.0, 0.6) * (1.0 - major)
+    share = major + init * np.exp(-t / _u(rng, 5.0, 0.1 * n))
+    top = major + _u(rng, 0.3, 0.95) * (1.0 - major)
+    n_val = int(round(_logu(rng, 500.0, 20_000.0)))
+    acc = major + (top - major) * (1.0 - run._g[vs])  # noqa: SLF001 - this module's own run
+    if onset >= 0:
+        end = _by(rng, d, {"easy": (0.97, 1.0), "medium": (0.9, 0.97), "hard": (0.8, 0.9)})
+        length = _by(rng, d, {"easy": (5.0, 15.0), "medium": (10.0, 30.0), "hard": (25.0, 50.0)})
+        share = share + (end - share) * _smooth_ramp(t, onset, length)
+        acc = acc + (major - acc) * _smooth_ramp(vs.astype(np.float64), onset, length)
+    others = min(k - 1, 50)  # the classes the rest spreads over (at most 50: a larger count of the
+    probs = np.empty((len(ps), others + 1))  # runner-up, so the healthy share is noisier, not quieter)
+    probs[:, 0] = share
+    probs[:, 1:] = ((1.0 - share) / others)[:, None]
+    counts = rng.multinomial(batch, probs)
+    got = counts.max(axis=1) / batch
+    val_acc = rng.binomial(n_val, np.clip(acc, 0.0, 1.0)) / n_val
+    return {"val_metric": _f32(val_acc), "pred_steps": ps, "pred_top_share": _f32(got)}
+
+
 def _update_ratio(run: _Run, rng: np.random.Generator, d: str, onset: int, high: bool) -> None:
     t = run.t
     if high:
@@ -1028,6 +1087,10 @@ def generate(kind: str, seed: int, difficulty: str = "medium", n_steps: int | No
         _lr_anomaly(run, frng, d, onset, variant)
 
     sig = run.assemble()
+    if kind in (HEALTHY, "silent_collapse"):  # a classifier's predictions: from a stream of their own
+        crng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
+            [seed, zlib.crc32(kind.encode()), DIFFICULTIES.index(d), 2])))
+        sig.update(_classifier(run, crng, d, onset if kind == "silent_collapse" else -1, sig["val_steps"]))
     if kind == "overfitting":
         vl = sig["val_loss"]
         onset = int(sig["val_steps"][int(np.argmin(vl))])

@@ -15,9 +15,11 @@ from .oscillation import Oscillation
 from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite
 from .slope_divergence import SlopeDivergence
+from .top_share_collapse import TopShareCollapse
 from .train_val_gap import TrainValGap
 from .update_ratio_above_band import UpdateRatioAboveBand
 from .update_ratio_below_band import UpdateRatioBelowBand
+from .val_metric_chance import ValMetricChance
 
 __all__ = [
     "AbruptPlateau",
@@ -40,7 +42,9 @@ __all__ = [
     "Oscillation",
     "RankOutliers",
     "SlopeDivergence",
+    "TopShareCollapse",
     "TrainValGap",
     "UpdateRatioAboveBand",
     "UpdateRatioBelowBand",
+    "ValMetricChance",
 ]

@@ -37,8 +37,9 @@ from ..signals import SIGNALS, Column, LayerStats, activations, as_steps, column
 
 __all__ = ["Detector", "DetectorProtocol", "Input", "Knob"]
 
-#: per input declaration (by identity, kept alive here): (name, is a scalar, must be >= 0) of each input
-_SPECS: dict[int, tuple[tuple[Input, ...], tuple[tuple[str, bool, bool], ...]]] = {}
+#: per input declaration (by identity, kept alive here): (name, is a scalar, the largest value that needs
+#: no check: ``None`` for any value, ``inf`` for a non-negative signal, 1 for a fraction) of each input
+_SPECS: dict[int, tuple[tuple[Input, ...], tuple[tuple[str, bool, float | None], ...]]] = {}
 _MIN_BLOCK = 2048
 _MAX_BLOCK = 1 << 15
 
@@ -93,6 +94,12 @@ class DetectorProtocol(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def _upper(name: str) -> float | None:
+    """The largest value of signal ``name`` that needs no check (``None``: any value does)."""
+    sig = SIGNALS[name]
+    return 1.0 if sig.fraction else math.inf if sig.nonneg else None
 
 
 def _jsonable(v: Any) -> Any:
@@ -264,23 +271,23 @@ class Detector:
         entry = _SPECS.get(id(ins))
         if entry is None or entry[0] is not ins:
             entry = _SPECS[id(ins)] = (ins, tuple(
-                (i.name, SIGNALS[i.name].form == "scalar", SIGNALS[i.name].nonneg) for i in ins))
+                (i.name, SIGNALS[i.name].form == "scalar", _upper(i.name)) for i in ins))
         spec = entry[1]
         if len(spec) == 1 and step is None and len(signals) == 1:  # one float, the next step: most calls
-            name, is_scalar, nonneg = spec[0]
+            name, is_scalar, hi = spec[0]
             v = signals.get(name)
-            if is_scalar and type(v) is float and (v >= 0.0 or not nonneg):
+            if is_scalar and type(v) is float and (hi is None or 0.0 <= v <= hi):
                 got = self._step(v, self._last_step + 1)
                 return [] if got is None else got if type(got) is list else [got]  # type: ignore[list-item]
         values = []
         given = 0
-        for name, is_scalar, nonneg in spec:
+        for name, is_scalar, hi in spec:
             v = signals.get(name)
             if v is None:
                 values.append(math.nan if is_scalar else None)
                 continue
             given += 1
-            if is_scalar and type(v) is float and (v >= 0.0 or not nonneg):
+            if is_scalar and type(v) is float and (hi is None or 0.0 <= v <= hi):
                 values.append(v)  # the common case: a float in range
             else:
                 values.append(self._coerce(name, v))

@@ -41,7 +41,10 @@ guide ``docs/guides/importing-logs.md``.
 ``*`` is a wildcard; wildcards never match ``*-momentum`` or ``*-weight_decay``, which Lightning's
 ``LearningRateMonitor`` logs beside the learning rate). Every mapping is overridable with
 ``mapping={"loss": "my_loss_col", "lr": None}`` (None: do not import that signal); an unknown
-signal name is a ``ValueError``.
+signal name is a ``ValueError``. ``val_metric`` and ``pred_top_share`` have no default names: a
+metric's direction is not in its name (set ``Monitor(val_metric_mode=...)``), so map one
+explicitly, e.g. ``mapping={"val_metric": "eval_accuracy"}``; unmapped, such columns stay in
+``extra``.
 
 =================== =============================== ================================================
 tool                signal                          source names
@@ -292,8 +295,8 @@ class ImportedRun:
 
         ``step`` and the dense signals (``loss``, ``grad_norm``, ``lr``, ``update_ratio``) as
         masked arrays aligned with it (masked = not measured), each only if it has at least one
-        measured value (``step`` only if some dense signal is passed); ``val_loss`` as a
-        ``(steps, values)`` pair of its measured entries, if any.
+        measured value (``step`` only if some dense signal is passed); ``val_loss`` and
+        ``val_metric`` as ``(steps, values)`` pairs of their measured entries, if any.
         """
         kw: dict[str, Any] = {}
         for name in DENSE_SIGNALS:
@@ -302,10 +305,11 @@ class ImportedRun:
                 kw[name] = sig.copy()
         if kw:
             kw = {"step": self.steps.copy(), **kw}
-        val = self.signals.get("val_loss")
-        if val is not None and val.count() > 0:
-            measured = ~np.ma.getmaskarray(val)
-            kw["val_loss"] = (self.steps[measured].copy(), np.ma.getdata(val)[measured].copy())
+        for name in ("val_loss", "val_metric"):  # validation's own cadence
+            val = self.signals.get(name)
+            if val is not None and val.count() > 0:
+                measured = ~np.ma.getmaskarray(val)
+                kw[name] = (self.steps[measured].copy(), np.ma.getdata(val)[measured].copy())
         return kw
 
     @property

@@ -32,6 +32,7 @@ STATUS_COLORS = {
     "healthy": "#4caf50",
     "stalled": "#f2c12e",
     "oscillating": "#9c5fd6",
+    "collapsed": "#8d4e2a",
     "diverging": "#e53935",
 }
 _SEVERITY_COLORS = {"critical": "#d62728", "warning": "#ff9f1c", "info": "#7f7f7f"}

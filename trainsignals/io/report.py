@@ -64,7 +64,7 @@ __all__ = [
 EXIT_HEALTHY, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNREADABLE = 0, 1, 2, 3
 
 # Monitor.status's rule: which kinds put the run in which failed state, and which state is worse.
-_RANKED = ("healthy", *sorted(RANK, key=RANK.__getitem__))  # healthy, stalled, oscillating, diverging
+_RANKED = ("healthy", *sorted(RANK, key=RANK.__getitem__))  # healthy, stalled, oscillating, collapsed, diverging
 
 
 def status_timeline(
@@ -79,7 +79,8 @@ def status_timeline(
 
     The rule (see :attr:`trainsignals.Monitor.status`): a failed state is entered by its
     events (``nonfinite``, ``divergence`` and critical ``grad_explosion`` -> ``diverging``;
-    ``oscillation`` -> ``oscillating``; ``stall`` -> ``stalled``) and is live while fewer than
+    ``silent_collapse`` -> ``collapsed``; ``oscillation`` -> ``oscillating``; ``stall`` ->
+    ``stalled``) and is live while fewer than
     ``recovery`` steps passed since its latest event; after a non-finite loss the run stays
     ``diverging`` until a finite loss returns. The worst live state wins; with none live, the
     run is ``warming_up`` until ``warmup`` finite loss values were seen, else ``healthy``.
@@ -289,7 +290,7 @@ class Report:
             out += f", {n_kind} events"
         if len(fails) > 1:
             out += f"; also {', '.join(k.value for k, _ in fails if k != kind)}"
-        failed = {"diverging", "oscillating", "stalled"}
+        failed = set(RANK)  # every failed state
         if self.final_status in failed:
             out += f" — still {self.final_status} at the end"
         elif any(st in failed for _, st in self.status_timeline):

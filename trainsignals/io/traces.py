@@ -8,7 +8,7 @@ column                    type                                meaning
 ========================  ==================================  ===================================
 ``step``                  int64, not null                     the step
 ``wall_time``             float64                             ``time.time()`` when recorded
-``loss`` ... ``val_loss`` float64                             null: not measured at this step;
+``loss`` ... ``pred_top_share``  float64                      null: not measured at this step;
                                                               NaN/±inf: measured, non-finite
 ``layer_grad_norms``      list<float64>                       in the order of ``layer_names``
 ``layer_update_ratios``   list<float64>                       per-layer ``‖Δw‖/‖w‖``, in the order
@@ -18,7 +18,8 @@ column                    type                                meaning
 ``events``                list<struct<kind, severity, ...>>   the events raised at the step
 ========================  ==================================  ===================================
 
-The scalar columns are ``loss``, ``grad_norm``, ``lr``, ``update_ratio`` and ``val_loss``. The
+The scalar columns are ``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss``,
+``val_metric`` and ``pred_top_share`` (the signals of :data:`trainsignals.SIGNALS`). The
 schema metadata holds ``trainsignals.format`` (``trace``), ``trainsignals.format_version``,
 ``trainsignals.version``, ``trainsignals.metadata`` (JSON of the run's metadata) and the layer
 names (``trainsignals.layer_names``, ``trainsignals.act_layer_names``, JSON lists).
@@ -27,7 +28,8 @@ names (``trainsignals.layer_names``, ``trainsignals.act_layer_names``, JSON list
 over the same layers); a writer given either over other layers raises ``ValueError``. Traces
 written before ``layer_update_ratios`` existed have no such column: they read (``read_trace``
 adds it, all null) and replay as runs that never measured it. The column is an addition that
-older readers ignore, so the format version stays 1.
+older readers ignore, so the format version stays 1. The same holds for ``val_metric`` and
+``pred_top_share``.
 
 Write with :class:`TraceWriter` (``Monitor(recorder=TraceWriter(path))`` records every update
 and scan) or :func:`write_trace` (whole arrays); read with :func:`read_trace`, and replay with
@@ -58,7 +60,7 @@ from trainsignals._events import SEVERITIES, Event, Kind
 from trainsignals._validate import check_range, to_float, to_step
 from trainsignals.detectors.layer_cliff import as_named_vector
 from trainsignals.signals import DENSE_SIGNALS as _DENSE
-from trainsignals.signals import SCALAR_SIGNALS, dense_values
+from trainsignals.signals import SCALAR_SIGNALS, dense_values, scalar
 
 __all__ = [
     "TRACE_SCHEMA_VERSION",
@@ -81,7 +83,8 @@ SCALAR_COLUMNS = SCALAR_SIGNALS
 DENSE_SIGNALS = _DENSE
 LIST_COLUMNS = ("layer_grad_norms", "layer_update_ratios", "act_dead_frac", "act_saturation")
 LAYER_COLUMNS = ("layer_grad_norms", "layer_update_ratios")  # per-layer signals over ``layer_names``
-_OPTIONAL_COLUMNS = ("layer_update_ratios",)  # columns that traces written before them lack
+_OPTIONAL_COLUMNS = ("layer_update_ratios", "val_metric", "pred_top_share")  # columns older traces lack
+_SPARSE_COLUMNS = ("val_loss", "val_metric")  # scalar columns with their own cadence
 ACT_STATS = ("dead_frac", "saturation")
 _ALL_ACT_STATS = ("dead_frac", "saturation", "mean", "var", "min", "max")
 
@@ -680,6 +683,8 @@ class TraceWriter:
         self._b_lr: list[float | None] = []
         self._b_ratio: list[float | None] = []
         self._b_val: list[float | None] = []
+        self._b_metric: list[float | None] = []
+        self._b_share: list[float | None] = []
         self._b_lpos: list[int] = []  # rows with layer grad norms; their values in _b_lbuf[:k]
         self._b_rpos: list[int] = []  # rows with layer update ratios; their values in _b_rbuf[:k]
         self._b_apos: list[int] = []  # rows with activation statistics; values in _b_abuf[:k]
@@ -873,6 +878,8 @@ class TraceWriter:
         self._b_lr.append(get("lr"))
         self._b_ratio.append(get("update_ratio"))
         self._b_val.append(get("val_loss"))
+        self._b_metric.append(get("val_metric"))
+        self._b_share.append(get("pred_top_share"))
         if events:
             self._b_events.append((row, tuple(events)))
         if row + 1 >= self.flush_every:
@@ -892,6 +899,8 @@ class TraceWriter:
         events: Iterable[Event | Mapping[str, Any]] = (),
         wall_time: float | None = None,
         layer_update_ratios: Any = None,
+        val_metric: Any = None,
+        pred_top_share: Any = None,
     ) -> None:
         """Record one row by hand (the signals measured at ``step``; None: not measured).
 
@@ -909,6 +918,8 @@ class TraceWriter:
             wall_time: Seconds since the epoch (default: now).
             layer_update_ratios: Per-layer ``‖Δw‖/‖w‖``: ``{name: value}``, or a sequence/array in
                 the trace's layer order; the layers of ``layer_grad_norms``.
+            val_metric: A validation metric (accuracy, ...).
+            pred_top_share: Share of the most-predicted class in a sampled batch, in [0, 1].
 
         Raises:
             TypeError: a signal is not a number (the message names it).
@@ -927,6 +938,10 @@ class TraceWriter:
             update_ratio = to_float("update_ratio", update_ratio)
         if val_loss is not None and type(val_loss) is not float:
             val_loss = to_float("val_loss", val_loss)
+        if val_metric is not None:
+            val_metric = scalar("val_metric", val_metric)
+        if pred_top_share is not None:
+            pred_top_share = scalar("pred_top_share", pred_top_share)
         lg = lr_ = None
         gspec: tuple[tuple[str, ...] | None, int] | None = None  # (names or None, width) to check
         rspec: tuple[tuple[str, ...] | None, int] | None = None
@@ -980,6 +995,8 @@ class TraceWriter:
         self._b_lr.append(lr)
         self._b_ratio.append(update_ratio)
         self._b_val.append(val_loss)
+        self._b_metric.append(val_metric)
+        self._b_share.append(pred_top_share)
         if evs:
             self._b_events.append((row, evs))
         if row + 1 >= self.flush_every:
@@ -995,6 +1012,7 @@ class TraceWriter:
         activations: tuple[np.ndarray, Mapping[str, Any]] | None,
         events: Sequence[Event],
         layer_update_ratios: tuple[np.ndarray, np.ndarray, tuple[str, ...] | None] | None = None,
+        val_metric: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """One ``scan`` of a Monitor (the :class:`trainsignals.Recorder` protocol).
 
@@ -1012,6 +1030,7 @@ class TraceWriter:
             events: The events the scan raised (each lands on the row of its step).
             layer_update_ratios: ``(steps, matrix (n, layers), names or None)`` or None; the layers
                 of ``layer_grad_norms``.
+            val_metric: ``(steps, values)`` or None.
 
         Raises:
             ValueError: the writer is closed, lengths disagree, or the layers differ from the trace's.
@@ -1027,12 +1046,13 @@ class TraceWriter:
             if len(vals) != len(st):
                 raise ValueError(f"{name} has {len(vals)} values for {len(st)} steps")
             aligned[name] = (vals, valid)
-        if val_loss is not None:
-            vst = _steps_input("val_loss steps", val_loss[0])
-            vv, vvalid = _column_input("val_loss", val_loss[1])
-            if len(vv) != len(vst):
-                raise ValueError(f"val_loss has {len(vv)} values for {len(vst)} steps")
-            sparse["val_loss"] = (vst, vv) if vvalid is None else (vst[vvalid], vv[vvalid])
+        for name, pair in (("val_loss", val_loss), ("val_metric", val_metric)):
+            if pair is not None:
+                vst = _steps_input(f"{name} steps", pair[0])
+                vv, vvalid = _column_input(name, pair[1])
+                if len(vv) != len(vst):
+                    raise ValueError(f"{name} has {len(vv)} values for {len(vst)} steps")
+                sparse[name] = (vst, vv) if vvalid is None else (vst[vvalid], vv[vvalid])
         anames = None
         specs: dict[str, tuple[Any, int]] = {}
         for col, given in (("layer_grad_norms", layer_grad_norms), ("layer_update_ratios", layer_update_ratios)):
@@ -1168,7 +1188,8 @@ class TraceWriter:
     def _buffer_batch(self, schema: pa.Schema) -> pa.RecordBatch:
         m = len(self._b_step)
         cols: list[pa.Array] = [pa.array(self._b_step, type=pa.int64()), pa.array(self._b_wall, type=pa.float64())]
-        for col in (self._b_loss, self._b_grad, self._b_lr, self._b_ratio, self._b_val):  # SCALAR_COLUMNS order
+        for col in (self._b_loss, self._b_grad, self._b_lr, self._b_ratio, self._b_val, self._b_metric,
+                    self._b_share):  # SCALAR_COLUMNS order
             cols.append(pa.array(col, type=pa.float64()))
         for pos, lbuf in ((self._b_lpos, self._b_lbuf), (self._b_rpos, self._b_rbuf)):  # LAYER_COLUMNS order
             k = len(pos)
@@ -1248,6 +1269,8 @@ def write_trace(
     act_layer_names: Sequence[str] | None = None,
     flush_every: int = 10_000,
     layer_update_ratios: Any = None,
+    val_metric: Any = None,
+    pred_top_share: Any = None,
 ) -> int:
     """Write a whole run at once (importers, ``trainsignals convert``); the keywords of ``Monitor.scan``.
 
@@ -1279,6 +1302,9 @@ def write_trace(
         flush_every: Rows per record batch.
         layer_update_ratios: Per-layer ``‖Δw‖/‖w‖``, in the forms of ``layer_grad_norms`` and
             over the same layers.
+        val_metric: A validation metric, aligned with ``step`` or ``(steps, values)``.
+        pred_top_share: Share of the most-predicted class, aligned with ``step`` or
+            ``(steps, values)``.
 
     Returns:
         The number of rows written (the steps of ``step`` plus those only a sparse signal or
@@ -1310,7 +1336,8 @@ def write_trace(
                          val_loss=val_loss, layer_grad_norms=layer_grad_norms, activations=activations,
                          events=events, wall_time=wall_time, metadata=metadata, layer_names=layer_names,
                          act_layer_names=act_layer_names, flush_every=flush_every,
-                         layer_update_ratios=layer_update_ratios)
+                         layer_update_ratios=layer_update_ratios, val_metric=val_metric,
+                         pred_top_share=pred_top_share)
         os.replace(tmp, final)  # all or nothing: a failed import leaves no half-written trace
     except BaseException:
         try:
@@ -1324,7 +1351,8 @@ def write_trace(
 def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, update_ratio: Any, val_loss: Any,
                  layer_grad_norms: Any, activations: Any, events: Iterable[Event | Mapping[str, Any]],
                  wall_time: Any, metadata: Mapping[str, Any] | None, layer_names: Sequence[str] | None,
-                 act_layer_names: Sequence[str] | None, flush_every: int, layer_update_ratios: Any) -> int:
+                 act_layer_names: Sequence[str] | None, flush_every: int, layer_update_ratios: Any,
+                 val_metric: Any = None, pred_top_share: Any = None) -> int:
     with TraceWriter(path, metadata=metadata, flush_every=flush_every, layer_names=layer_names,
                      act_layer_names=act_layer_names) as w:
         st = _steps_input("step", step)
@@ -1332,14 +1360,14 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
         aligned: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, v in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr), ("update_ratio", update_ratio),
-                        ("val_loss", val_loss)):
+                        ("val_loss", val_loss), ("val_metric", val_metric), ("pred_top_share", pred_top_share)):
             if v is None:
                 continue
-            if name == "val_loss" and _is_pair(v):
-                vst = _steps_input("val_loss steps", v[0])
-                vv, vvalid = _column_input("val_loss", v[1])
+            if name in ("val_loss", "val_metric", "pred_top_share") and _is_pair(v):
+                vst = _steps_input(f"{name} steps", v[0])
+                vv, vvalid = _column_input(name, v[1])
                 if len(vv) != len(vst):
-                    raise ValueError(f"val_loss has {len(vv)} values for {len(vst)} steps")
+                    raise ValueError(f"{name} has {len(vv)} values for {len(vst)} steps")
                 sparse[name] = (vst, vv) if vvalid is None else (vst[vvalid], vv[vvalid])
                 continue
             vals, valid = _column_input(name, v)
@@ -1416,6 +1444,7 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
         raise TraceFormatError(f"{where} is a trace of format version {version}, newer than this trainsignals "
                                f"({__version__}) reads (version {TRACE_SCHEMA_VERSION}): upgrade trainsignals")
     try:
+        _ = schema.names  # every column name must decode (a damaged byte in one would fail later reads)
         for f in _EXPECTED_FIELDS:
             i = schema.get_field_index(f.name)
             if i < 0:
@@ -1627,8 +1656,9 @@ def trace_signals(table: pa.Table | str | os.PathLike[str]) -> dict[str, Any]:
     """The keyword arguments of ``Monitor.scan`` that replay a trace.
 
     ``step`` is an int64 array; the dense signals (``loss``, ``grad_norm``, ``lr``,
-    ``update_ratio``) are pyarrow arrays keeping their nulls (null: not measured at that step;
-    NaN: measured non-finite); ``val_loss`` is ``(steps, values)`` of its measured rows;
+    ``update_ratio``, ``pred_top_share``) are pyarrow arrays keeping their nulls (null: not
+    measured at that step; NaN: measured non-finite); ``val_loss`` and ``val_metric`` are
+    ``(steps, values)`` of their measured rows;
     ``layer_grad_norms`` and ``layer_update_ratios`` are ``(steps, {name: array})`` and ``activations`` is
     ``(steps, {layer: {"dead_frac": array, "saturation": array}})`` of their measured rows
     (a statistic missing on a row where the other was measured is NaN). A signal never
@@ -1657,11 +1687,12 @@ def trace_signals(table: pa.Table | str | os.PathLike[str]) -> dict[str, Any]:
         col = table.column(name).combine_chunks()
         if len(col) and col.null_count < len(col):
             out[name] = col
-    col = table.column("val_loss").combine_chunks()
-    if col.null_count < len(col):
-        valid = _valid_mask(col)
-        vals = np.asarray(col.filter(pa.array(valid)).to_numpy(zero_copy_only=False), dtype=np.float64)
-        out["val_loss"] = (steps[valid], vals)
+    for name in _SPARSE_COLUMNS:
+        col = table.column(name).combine_chunks()
+        if col.null_count < len(col):
+            valid = _valid_mask(col)
+            vals = np.asarray(col.filter(pa.array(valid)).to_numpy(zero_copy_only=False), dtype=np.float64)
+            out[name] = (steps[valid], vals)
     for name in LAYER_COLUMNS:
         if name not in table.column_names:  # a trace written before the column existed
             continue

@@ -1,0 +1,278 @@
+"""Silent collapse seen by its own signals: predictions concentrating (``pred_top_share``) and a
+validation metric back at chance (``val_metric``), the ``collapsed`` status, and their plumbing.
+
+Curves are generated fresh with seeds >= 5000 (the rules' thresholds were set on healthy runs of
+seeds 7000-7199, benchmarks/probe_collapse_thresholds.py; the committed suite predates the
+signals).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import trainsignals as ts
+from trainsignals.curves import DIFFICULTIES, generate
+
+SEEDS = range(5000, 5020)
+
+
+def _window(c) -> int:  # type: ignore[no-untyped-def]
+    """The issue's detection window: max(50 steps, 10 % of the run) after the onset."""
+    return max(50, int(0.1 * c.total_steps))
+
+
+def _first_after(events, onset):  # type: ignore[no-untyped-def]
+    return next((e.step for e in events if e.step >= onset), None)
+
+
+@pytest.fixture(scope="module")
+def collapses():  # type: ignore[no-untyped-def]
+    return [generate("silent_collapse", s, d) for s in SEEDS for d in DIFFICULTIES]
+
+
+@pytest.fixture(scope="module")
+def healthy():  # type: ignore[no-untyped-def]
+    return [generate("healthy", s, d) for s in SEEDS for d in DIFFICULTIES]
+
+
+def test_generated_curves_carry_the_new_signals_and_the_old_ones_unchanged():
+    c = generate("silent_collapse", 5001, "medium")
+    sig = c.signals()
+    steps, share = sig["pred_top_share"]
+    assert len(steps) == len(share) > 50 and np.all((share >= 0) & (share <= 1))
+    assert sig["val_metric"][0] is c.val_steps and len(c.val_metric) == len(c.val_steps)
+    late = share[steps > c.onset_step + 100]
+    assert late.mean() > share[(steps > 50) & (steps < c.onset_step)].mean() + 0.3  # predictions concentrate
+    assert "pred_top_share" not in generate("divergence", 5001).signals()
+    committed = {x.name: x for x in ts.curves.load_suite()}
+    old = generate("silent_collapse", 0, "easy")
+    assert np.array_equal(committed[old.name].loss, old.loss) and len(committed[old.name].pred_top_share) == 0
+
+
+def test_top_share_rule_catches_collapse_within_the_window(collapses):
+    caught = []
+    for c in collapses:
+        evs = ts.TopShareCollapse().scan(pred_top_share=c.signals()["pred_top_share"], loss=c.loss, steps=c.steps)
+        assert not [e for e in evs if e.step < c.onset_step], c.name  # nothing before the onset
+        first = _first_after(evs, c.onset_step)
+        caught.append(first is not None and first - c.onset_step <= _window(c))
+    assert np.mean(caught) >= 0.95, f"{sum(caught)} of {len(caught)} caught within max(50, 10 %)"
+
+
+def test_val_metric_rule_catches_collapse_within_the_window_and_one_validation(collapses):
+    caught = []
+    for c in collapses:
+        evs = ts.ValMetricChance().scan(val_metric=c.signals()["val_metric"], loss=c.loss, steps=c.steps)
+        assert not [e for e in evs if e.step < c.onset_step], c.name
+        first = _first_after(evs, c.onset_step)
+        every = int(np.diff(c.val_steps).max())  # a sparse signal is seen one validation later at worst
+        caught.append(first is not None and first - c.onset_step <= _window(c) + every)
+    assert np.mean(caught) >= 0.8, f"{sum(caught)} of {len(caught)} caught"
+
+
+def test_both_rules_stay_quiet_on_healthy_runs(healthy):
+    for c in healthy:
+        sig = c.signals()
+        assert ts.TopShareCollapse().scan(pred_top_share=sig["pred_top_share"], loss=c.loss, steps=c.steps) == []
+        assert ts.ValMetricChance().scan(val_metric=sig["val_metric"], loss=c.loss, steps=c.steps) == []
+
+
+def test_the_default_monitor_reports_it_and_stays_quiet_on_healthy_runs(collapses, healthy):
+    mine = {"TopShareCollapse", "ValMetricChance"}
+    hits = 0
+    for c in collapses[:15]:
+        evs = ts.Monitor(total_steps=c.total_steps).scan(**c.signals())
+        first = _first_after([e for e in evs if e.detector in mine], c.onset_step)
+        hits += first is not None and first - c.onset_step <= _window(c)
+    assert hits >= 14
+    for c in healthy[:15]:
+        assert not [e for e in ts.Monitor(total_steps=c.total_steps).scan(**c.signals()) if e.detector in mine]
+
+
+def test_a_loss_that_rises_with_the_share_is_not_a_silent_collapse():
+    t = np.arange(600)
+    share = np.where(t < 300, 0.1, 0.95)
+    loss = np.where(t < 300, np.exp(-t / 300), 5.0 * 1.01 ** (t - 300))  # blows up
+    assert ts.TopShareCollapse().scan(pred_top_share=share, loss=loss) == []
+    acc = (t[::50], np.where(t[::50] < 300, 0.9, 0.1))
+    assert ts.ValMetricChance().scan(val_metric=acc, loss=loss) == []
+
+
+def test_status_is_collapsed_while_the_collapse_lasts():
+    c = generate("silent_collapse", 5003, "easy")
+    sig = c.signals()
+    ps, share = sig["pred_top_share"]
+    at = dict(zip(ps.tolist(), share.tolist()))
+    vs = dict(zip(c.val_steps.tolist(), c.val_metric.tolist()))
+    mon = ts.Monitor(total_steps=c.total_steps)
+    seen: list[str] = []
+    first = None
+    for t in range(c.total_steps):
+        evs = mon.update(step=t, loss=float(c.loss[t]), pred_top_share=at.get(t), val_metric=vs.get(t))
+        if first is None and any(e.kind is ts.Kind.SILENT_COLLAPSE for e in evs):
+            first = t
+        seen.append(mon.status)
+    assert first is not None and c.onset_step <= first <= c.onset_step + _window(c)
+    assert set(seen[first:]) == {"collapsed"}, "the status went back while the model still answers one class"
+    assert "collapsed" not in seen[:c.onset_step]
+    assert "collapsed" in ts.STATUSES and ts.STATUSES.index("collapsed") < ts.STATUSES.index("diverging")
+
+
+def test_val_metric_mode_min_reads_an_error_rising_to_chance():
+    steps = np.arange(0, 2000, 50)
+    err = np.where(steps < 1000, 0.9 - 0.8 * (1 - np.exp(-steps / 200)), 0.9)
+    loss = np.exp(-np.arange(2000) / 500)
+    got = ts.Monitor(val_metric_mode="min").scan(loss=loss, val_metric=(steps, err))
+    assert [e.step for e in got if e.detector == "ValMetricChance"][:1] == [1000]
+    assert ts.default_suite(val_metric_mode="min")["val_metric_chance"].mode == "min"
+    assert not [e for e in ts.Monitor().scan(loss=loss, val_metric=(steps, err)) if e.detector == "ValMetricChance"]
+
+
+@pytest.mark.parametrize(("kw", "err", "name"), [
+    ({"pred_top_share": 1.5}, ValueError, "pred_top_share"),
+    ({"pred_top_share": -0.1}, ValueError, "pred_top_share"),
+    ({"pred_top_share": math.inf}, ValueError, "pred_top_share"),
+    ({"pred_top_share": "a lot"}, TypeError, "pred_top_share"),
+    ({"val_metric": "0.9"}, TypeError, "val_metric"),
+    ({"val_metric": None, "pred_top_share": [0.5, 0.6]}, TypeError, "pred_top_share"),
+])
+def test_bad_input_is_refused_naming_the_signal_and_changes_nothing(kw, err, name):
+    mon = ts.Monitor()
+    for t in range(30):
+        mon.update(step=t, loss=1.0 / (t + 1), pred_top_share=0.2, val_metric=0.5 if t % 10 == 0 else None)
+    before = json.dumps(mon.state_dict())
+    with pytest.raises(err, match=name):
+        mon.update(step=30, loss=0.01, **kw)
+    assert json.dumps(mon.state_dict()) == before
+
+
+def test_bad_batches_and_settings_are_refused():
+    with pytest.raises(ValueError, match="pred_top_share"):
+        ts.Monitor().scan(loss=np.ones(3), pred_top_share=np.array([0.2, 1.2, 0.3]))
+    with pytest.raises(TypeError, match="val_metric"):
+        ts.Monitor().scan(loss=np.ones(3), val_metric=np.ones(3))  # validation has its own cadence
+    with pytest.raises(ValueError, match="val_metric_mode"):
+        ts.Monitor(val_metric_mode="up")
+    with pytest.raises(ValueError, match="val_metric_mode"):
+        ts.default_suite(val_metric_mode="higher")
+    with pytest.raises(ValueError, match="pred_top_share"):
+        ts.TopShareCollapse().update(pred_top_share=2.0, loss=1.0)
+
+
+def test_scan_equals_streaming_and_the_state_round_trips():
+    c = generate("silent_collapse", 5007, "medium")
+    sig = c.signals()
+    whole = ts.Monitor(total_steps=c.total_steps).scan(**sig)
+    assert any(e.detector == "TopShareCollapse" for e in whole)
+    ps, share = sig["pred_top_share"]
+    at = dict(zip(ps.tolist(), share.tolist()))
+    vs = dict(zip(c.val_steps.tolist(), c.val_metric.tolist()))
+    mine = {"TopShareCollapse", "ValMetricChance"}
+
+    def feed(mon, lo, hi):  # type: ignore[no-untyped-def]
+        out = []
+        for t in range(lo, hi):
+            out += mon.update(step=t, loss=float(c.loss[t]), pred_top_share=at.get(t), val_metric=vs.get(t))
+        return out
+
+    cut = c.onset_step + 10
+    first = ts.Monitor(total_steps=c.total_steps)
+    head = feed(first, 0, cut)
+    resumed = ts.Monitor(total_steps=c.total_steps)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    streamed = head + feed(resumed, cut, c.total_steps)
+    pick = lambda evs: [(e.step, e.onset_step, e.detector) for e in evs if e.detector in mine]  # noqa: E731
+    assert pick(streamed) == pick(whole)
+    assert resumed.status == "collapsed"
+
+
+def test_traces_record_and_replay_the_new_signals(tmp_path):
+    pytest.importorskip("pyarrow")
+    c = generate("silent_collapse", 5011, "easy")
+    sig = c.signals()
+    path = tmp_path / "run.arrow"
+    with ts.TraceWriter(path) as w:
+        live = ts.Monitor(total_steps=c.total_steps, recorder=w).scan(**sig)
+    back = ts.trace_signals(path)
+    vst, vv = back["val_metric"]
+    assert np.array_equal(vst, c.val_steps) and np.array_equal(vv, c.val_metric)
+    share = np.asarray(back["pred_top_share"].to_numpy(zero_copy_only=False))
+    assert np.allclose(share[sig["pred_top_share"][0]], sig["pred_top_share"][1])
+    replayed = ts.Monitor(total_steps=c.total_steps).scan(**back)
+    assert [e.to_dict() for e in replayed] == [e.to_dict() for e in live]
+    assert any(e.detector == "TopShareCollapse" for e in ts.trace_events(path))
+    # one row at a time (the streaming recorder) and by hand
+    p2 = tmp_path / "rows.arrow"
+    with ts.TraceWriter(p2) as w:
+        mon = ts.Monitor(recorder=w)
+        mon.update(step=0, loss=1.0, pred_top_share=0.25)
+        mon.update(step=1, loss=0.9, val_metric=0.5)
+        w.write(2, loss=0.8, pred_top_share=0.5, val_metric=0.6)
+    t = ts.read_trace(p2)
+    assert t.column("pred_top_share").to_pylist() == [0.25, None, 0.5]
+    assert t.column("val_metric").to_pylist() == [None, 0.5, 0.6]
+
+
+def test_a_trace_written_before_the_new_columns_still_reads(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    path = tmp_path / "new.arrow"
+    ts.write_trace(path, step=[0, 1, 2], loss=[1.0, 0.9, 0.8])
+    table = ts.read_trace(path)
+    old = table.drop_columns(["val_metric", "pred_top_share"])
+    p_old = tmp_path / "old.arrow"
+    with pa.OSFile(str(p_old), "wb") as f, pa.ipc.new_stream(f, old.schema) as writer:
+        writer.write_table(old)
+    back = ts.read_trace(p_old)
+    assert back.column("pred_top_share").null_count == 3
+    assert sorted(ts.trace_signals(back)) == ["loss", "step"]
+
+
+def test_the_torch_adapter_measures_the_top_share():
+    torch = pytest.importorskip("torch")
+    from trainsignals.adapters.torch import pred_top_share
+
+    logits = torch.tensor([[2.0, 0.1, 0.3], [1.5, 0.2, 0.1], [0.1, 3.0, 0.2], [0.9, 0.1, 0.0]], requires_grad=True)
+    got = pred_top_share(logits)
+    assert isinstance(got, torch.Tensor) and got.dim() == 0 and float(got) == 0.75
+    assert float(pred_top_share(torch.tensor([2, 0, 1, 3]))) == 0.25
+    assert float(pred_top_share(torch.zeros(2, 5, 4, 4), dim=1)) == 1.0  # segmentation: all class 0
+    assert math.isnan(float(pred_top_share(torch.zeros(0, 3))))
+    with pytest.raises(ValueError, match="classes"):
+        pred_top_share(torch.tensor([0.2, 0.9]))
+    mon = ts.Monitor()
+    mon.update(step=0, loss=1.0, pred_top_share=pred_top_share(logits))  # a 0-d tensor is a number
+    assert mon.step == 0
+
+
+def test_the_jax_adapter_measures_the_top_share():
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from trainsignals.adapters.jax import pred_top_share, to_monitor_kwargs
+
+    share = pred_top_share(jnp.array([[0.1, 2.0], [0.3, 1.0], [5.0, 0.0], [0.0, 1.0]]))
+    assert float(share) == 0.75
+    assert to_monitor_kwargs({"loss": 1.0, "pred_top_share": share})["pred_top_share"] == 0.75
+
+
+def test_an_imported_accuracy_column_maps_to_val_metric(tmp_path):
+    from trainsignals.io.importers import import_run
+
+    path = tmp_path / "log.csv"
+    rows = ["step,loss,val_acc"] + [f"{t},{1.0 / (t + 1)},{'' if t % 10 else 0.5 + t / 1000}" for t in range(100)]
+    path.write_text("\n".join(rows) + "\n")
+    assert "val_acc" in import_run(path).extra  # no default name: a metric's direction is not in its name
+    kw = import_run(path, mapping={"val_metric": "val_acc"}).scan_kwargs()
+    steps, vals = kw["val_metric"]
+    assert list(steps) == list(range(0, 100, 10)) and np.allclose(vals, 0.5 + steps / 1000)
+    assert ts.Monitor().scan(**kw) == []
+
+
+def test_a_snapshot_of_another_metric_direction_is_refused():
+    snap = ts.Monitor(val_metric_mode="min").state_dict()
+    with pytest.raises(ValueError, match="val_metric_mode"):
+        ts.Monitor().load_state_dict(snap)

@@ -1,0 +1,152 @@
+"""ValMetricChance: the validation metric falls back to chance while the training loss keeps falling."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .._events import Event, Kind, make_event
+from .._validate import check_choice, check_range
+from ._base import Detector, Input
+
+#: How many validations the metric's noise scale is taken over.
+_NOISE_WINDOW = 32
+#: The noise scale is the median absolute second difference of successive validations over
+#: sqrt(3): for independent noise of standard deviation sd a second difference has sd
+#: sqrt(6) sd and a first one sqrt(2) sd, so this is the median first difference the noise alone
+#: would make, while a curve still climbing (a steady trend) adds nothing to it.
+_D2_TO_D1 = 3.0 ** 0.5
+#: The gain over chance must be this many times the noise scale before a loss of it counts: a
+#: run that never left chance further than its own validation noise has nothing to lose.
+_MIN_GAIN_NOISE = 4.0
+#: Where ``onset_step`` is placed: the last validation within this fraction of the alarm's
+#: fall below the best.
+_ONSET_FRAC = 0.25
+
+
+class ValMetricChance(Detector):
+    """Flags silent collapse: the validation metric lost its gain over chance, the loss still falling.
+
+    ``val_metric`` is any validation metric (accuracy, F1, ...) with its direction ``mode``:
+    ``"max"`` when higher is better, ``"min"`` for an error. *Chance* is the metric's level
+    before the run learned anything: ``chance`` if given (``1 / classes`` for a balanced
+    accuracy), else the first validation (the run's own starting level). The detector keeps
+    the best validation so far and fires ``silent_collapse`` (a warning) when
+
+    * the metric gave back at least ``back`` of its gain over chance (``now <= chance + (1 -
+      back) * (best - chance)``, in the metric's direction), the gain being at least four
+      times the metric's noise (from the median absolute second difference of the latest 32
+      validations, which a steady climb does not inflate), and
+    * the training loss, where given at the validation's step, is at most ``loss_tolerance``
+      times its value at the best validation: the run did not blow up (that is a divergence),
+      it kept fitting its training labels while its answers stopped being right.
+
+    A model whose training labels collapsed to one class ends at the validation accuracy of
+    always answering that class; an overfitting model loses a little of its gain, not most of
+    it. Without a loss the metric alone decides. No event before ``warmup`` validations; while
+    the metric stays down it fires again at the first validation ``cooldown`` steps or more
+    after the last event, so the Monitor's ``collapsed`` status holds while the collapse lasts.
+    ``onset_step`` is the last validation within a quarter of the fall from the best.
+
+    ``back = 0.8`` was set on healthy runs only, with a budget of fewer than 1 alarm per 10,000
+    healthy steps: on 600 healthy runs of the synthetic generator (seeds 7000-7199, every
+    difficulty) the largest share of its gain a healthy accuracy gave back after warm-up was
+    0.62 (the runs' 99th percentile: 0.38); 0.8 lies above it, and no alarm fired in their
+    580,000 steps (``benchmarks/probe_collapse_thresholds.py``).
+
+    Args:
+        mode: ``"max"`` or ``"min"``: the direction in which the metric improves.
+        back: share of the gain over chance that must be lost, in (0, 1].
+        chance: the metric's chance level, if known (``None``: the first validation).
+        warmup: validations before any event, >= 2.
+        loss_tolerance: how much the training loss may exceed its value at the best validation
+            and still count as falling, >= 1.
+        cooldown: steps after an event without a new one, >= 0.
+
+    Example:
+        Accuracy on 10 classes climbs to 0.9, then from step 1200 falls to 0.1 (every
+        answer one class) while the training loss keeps falling:
+
+        >>> import numpy as np
+        >>> steps = np.arange(0, 2000, 100)
+        >>> acc = np.where(steps < 1200, 0.1 + 0.8 * (1 - np.exp(-steps / 300)), 0.1)
+        >>> acc[steps == 1200] = 0.5
+        >>> det = ValMetricChance()
+        >>> evs = [det.update(step=int(s), val_metric=float(a), loss=float(np.exp(-s / 500))) for s, a in zip(steps, acc)]
+        >>> [(e.kind.value, e.step, e.onset_step) for ev in evs for e in ev]
+        [('silent_collapse', 1300, 1100), ('silent_collapse', 1500, 1100), ('silent_collapse', 1700, 1100), ('silent_collapse', 1900, 1100)]
+
+        (a validation every 100 steps, ``cooldown = 100``: every other one repeats the event).
+    """
+
+    inputs = (Input("val_metric"), Input("loss", required=False))
+    _state_keys = ("n", "first", "prev", "prev2", "diffs", "best", "best_loss", "hist", "quiet", "last_step")
+
+    def __init__(self, mode: str = "max", back: float = 0.8, chance: float | None = None, warmup: int = 3,
+                 loss_tolerance: float = 1.2, cooldown: int = 100) -> None:
+        check_choice("mode", mode, ("max", "min"))
+        check_range("back", back, 0, 1, lo_open=True)
+        if chance is not None:
+            check_range("chance", chance)
+        check_range("warmup", warmup, 2, None, integer=True)
+        check_range("loss_tolerance", loss_tolerance, 1, None)
+        check_range("cooldown", cooldown, 0, None, integer=True)
+        self.mode = mode
+        self.back = back
+        self.chance = chance
+        self.warmup = warmup
+        self.loss_tolerance = loss_tolerance
+        self.cooldown = cooldown
+        self._sign = 1.0 if mode == "max" else -1.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._n = 0
+        self._first: float | None = None  # chance, in the improving direction
+        self._prev: float | None = None
+        self._prev2: float | None = None  # the validation before the previous one
+        self._diffs: deque[float] = deque(maxlen=_NOISE_WINDOW)  # |second differences|
+        self._best: float | None = None
+        self._best_loss: float | None = None  # the training loss at the best validation (None: not given)
+        self._hist: deque[list[float]] = deque(maxlen=_NOISE_WINDOW)  # recent [step, metric]
+        self._quiet = -1  # no event up to and including this step
+        self._last_step = -1
+
+    def _set_state(self, state: dict[str, object]) -> None:
+        super()._set_state(state)
+        self._diffs = deque(self._diffs, maxlen=_NOISE_WINDOW)
+        self._hist = deque(self._hist, maxlen=_NOISE_WINDOW)
+
+    def _step(self, metric: float, loss: float, step: int) -> Event | None:
+        self._last_step = step
+        if metric - metric != 0.0:
+            return None
+        m = self._sign * metric
+        self._n += 1
+        if self._first is None:
+            self._first = m if self.chance is None else self._sign * self.chance
+        if self._prev is not None and self._prev2 is not None:
+            self._diffs.append(abs(m - 2.0 * self._prev + self._prev2))
+        self._prev2, self._prev = self._prev, m
+        self._hist.append([float(step), m])
+        if self._best is None or m > self._best:
+            self._best, self._best_loss = m, (loss if loss - loss == 0.0 else None)
+            return None
+        if self._n < self.warmup or step <= self._quiet:
+            return None
+        gain = self._best - self._first
+        noise = sorted(self._diffs)[len(self._diffs) // 2] / _D2_TO_D1 if self._diffs else 0.0
+        if gain <= _MIN_GAIN_NOISE * noise or m > self._first + (1.0 - self.back) * gain:
+            return None
+        if loss - loss == 0.0 and self._best_loss is not None and loss > self.loss_tolerance * self._best_loss:
+            return None
+        self._quiet = step + self.cooldown
+        near = self._best - _ONSET_FRAC * (self._best - m)
+        onset = int(max((s for s, v in self._hist if v >= near), default=step))
+        level = self._sign * (self._first + (1.0 - self.back) * gain)
+        return make_event(Kind.SILENT_COLLAPSE, "warning", step, onset, type(self).__name__, "val_metric",
+                          metric, level,
+                          f"validation metric {metric:.4g} is back near chance ({self._sign * self._first:.4g}; "
+                          f"best {self._sign * self._best:.4g}) while the training loss keeps falling")
+
+
+__all__ = ["ValMetricChance"]
