@@ -72,12 +72,15 @@ def main(argv: list[str] | None = None) -> dict:
     lrs = [1e-3] * len(xs)
     singles = {
         "EWMASpike": (ts.EWMASpike, (xs,)),
-        "SlopeDivergence": (ts.SlopeDivergence, (xs,)),
+        "EarlyClimbDivergence": (ts.EarlyClimbDivergence, (xs,)),
+        "TrendDivergence": (ts.TrendDivergence, (xs,)),
+        "LostProgress": (ts.LostProgress, (xs,)),
         "NonFinite": (ts.NonFinite, (xs,)),
         "LRAnomaly": (ts.LRAnomaly, (lrs,)),
         "CUSUMPlateau (loss, grad_norm)": (ts.CUSUMPlateau, (xs, gs)),
         "Oscillation (loss, grad_norm)": (ts.Oscillation, (xs, gs)),
-        "LossGradCoupling (loss, grad_norm)": (ts.LossGradCoupling, (xs, gs)),
+        "GradLossDecoupling (loss, grad_norm)": (ts.GradLossDecoupling, (xs, gs)),
+        "JointCollapse (loss, grad_norm)": (ts.JointCollapse, (xs, gs)),
         "UpdateRatioBand (ratio, lr)": (ts.UpdateRatioBand, (ratio, lrs)),
     }
     res["detector_update_ratio_vs_PageHinkley"] = {}

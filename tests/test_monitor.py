@@ -99,7 +99,8 @@ def test_nonfinite_is_a_critical_event_and_statistics_are_untouched():
     assert (ts.Kind.NONFINITE, "grad_norm", "critical") in kinds
     assert mon.should_stop and mon.status == "diverging"
     after = mon.state_dict()
-    for name in ("loss_spike", "divergence", "stall", "oscillation", "grad_explosion", "coupling"):
+    for name in ("loss_spike", "early_climb", "trend_divergence", "lost_progress", "stall", "oscillation",
+                 "grad_explosion", "grad_decoupling", "joint_collapse"):
         a, b = dict(snap["detectors"][name]["state"]), dict(after["detectors"][name]["state"])
         a.pop("last_step"), b.pop("last_step")
         assert a == b, name
