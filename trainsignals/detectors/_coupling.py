@@ -18,15 +18,13 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import ewma, first_true
+from ._ops import NEVER, ewma, first_true
 
 #: natural log of 10: decades to log units
 LN10 = math.log(10.0)
 #: how far the grad level must leave its reference for the onset: a quarter of a decade, well
 #: above the step-to-step wobble of a smoothed healthy grad norm, well below ``orders``
 _ONSET_DECADES = 0.25
-#: no event yet: a step before any run can start
-_NEVER = -(2**62)
 
 
 class CouplingLevels(Detector):
@@ -64,7 +62,7 @@ class CouplingLevels(Detector):
         self._gs: deque[float] = deque(maxlen=self.lag + 1)
         self._ss: deque[int] = deque(maxlen=self.lag + 1)
         self._armed = True
-        self._cooldown_until = _NEVER
+        self._cooldown_until = NEVER
         self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:

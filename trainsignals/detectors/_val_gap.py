@@ -1,10 +1,9 @@
 """The early-stopping bookkeeping the overfitting rules share, written once.
 
 :class:`~trainsignals.BreakoutOverfitting`, :class:`~trainsignals.LevelStepOverfitting` and
-:class:`~trainsignals.MemorisationClimbOverfitting` each judge, in their own way, whether a
-validation loss that stopped improving overfits. What they share lives here: the smoothed train
-loss, the best validation (the checkpoint to restore), the gates every alarm needs, the re-arm,
-the event, and the batch path (steps without a validation only move the smoothed train loss).
+:class:`~trainsignals.MemorisationClimbOverfitting` each judge whether a validation loss that
+stopped improving overfits; the smoothed train loss, the best validation, the gates every alarm
+needs, the re-arm, the event and the batch path live here.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import ewma, first_true
+from ._ops import NEVER, ewma, first_true
 
 #: relative improvement that counts as a new best validation: the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
@@ -28,8 +27,6 @@ MIN_DELTA = 1e-3
 TRAIN_ALPHA = 0.05
 #: share of the reported rise that a validation must take back (towards the best) to re-arm
 _REARM_SHARE = 0.5
-#: no event yet: a step before any run can start
-_NEVER = -(2**62)
 #: the state every overfitting rule keeps (a rule adds its own keys to these)
 RULE_KEYS: tuple[str, ...] = ("train", "best", "best_step", "best_train", "bad", "fired", "cooldown_until", "last_step")
 #: and the state of a rule that compares with the wobble
@@ -71,13 +68,11 @@ class ValGapRule(Detector):
 
     def _reset(self) -> None:
         self._train: float | None = None
-        self._best: float | None = None
-        self._best_step = -1
+        self._best: float | None = None  # the best log validation, its step, the smoothed train loss there
         self._best_train: float | None = None
-        self._bad = 0
+        self._best_step, self._bad = -1, 0
         self._fired: float | None = None  # the log rise above the best that alarmed (None: armed)
-        self._cooldown_until = _NEVER
-        self._last_step = -1
+        self._cooldown_until, self._last_step = NEVER, -1
 
     @property
     def best_step(self) -> int:
@@ -98,9 +93,7 @@ class ValGapRule(Detector):
         new_best = self._best is None or v < self._best - self._ld
         self._observe(v, new_best)
         if new_best:
-            self._best, self._best_step, self._best_train = v, step, self._train
-            self._bad = 0
-            self._fired = None
+            self._best, self._best_step, self._best_train, self._bad, self._fired = v, step, self._train, 0, None
             return None
         best = self._best
         assert best is not None
@@ -112,10 +105,7 @@ class ValGapRule(Detector):
         if step <= self._cooldown_until or self._bad < self.patience or v - best < self._lr:
             return None
         tr, bt = self._train, self._best_train
-        if tr is None or bt is None or tr > bt - self._tf:
-            return None
-        how = self._evidence(v, tr, bt)
-        if how is None:
+        if tr is None or bt is None or tr > bt - self._tf or (how := self._evidence(v, tr, bt)) is None:
             return None
         self._fired = v - best
         self._cooldown_until = step + self.cooldown

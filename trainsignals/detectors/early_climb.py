@@ -12,11 +12,8 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input
-from ._ops import first_true, shifted
+from ._ops import NEVER, first_true, shifted
 from ._trend import noise_levels
-
-#: no event yet: a step before any run can start
-_NEVER = -(2**62)
 
 
 class EarlyClimbDivergence(Detector):
@@ -87,7 +84,7 @@ class EarlyClimbDivergence(Detector):
         self._sbuf: deque[int] = deque(maxlen=self.steps + 1)  # and their steps
         self._noise = 0.0
         self._nd = 0  # second differences seen
-        self._cooldown_until = _NEVER
+        self._cooldown_until = NEVER
         self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:

@@ -13,11 +13,9 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input
-from ._ops import ewma, first_true
+from ._ops import NEVER, ewma, first_true
 from ._trend import NOISE_PER_SD
 
-#: no event yet: a step before any run can start
-_NEVER = -(2**62)
 #: share of the lost-progress rise above ``best`` at which the level counts as climbing (and
 #: below which a reported climb re-arms): half, so a level near the threshold does not flicker
 _CLIMB_SHARE = 0.5
@@ -97,7 +95,7 @@ class LostProgress(Detector):
         self._start = self._low = math.inf  # the level once the first window is in, the lowest since (inf: not yet)
         self._climb = -1  # the step the level began climbing (-1: not climbing)
         self._reported = False  # this climb was reported
-        self._cooldown_until, self._last_step = _NEVER, -1
+        self._cooldown_until, self._last_step = NEVER, -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)

@@ -12,11 +12,12 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input
-from ._ops import first_true, shifted
+from ._ops import NEVER, first_true, shifted
 from ._trend import noise_levels, window_trend
 
-#: no event yet: a step before any run can start
-_NEVER = -(2**62)
+#: at the start of a run the trend is fitted once the window is this full (a half: SlopeDivergence's
+#: rule, so a run that diverges from its first steps is seen within half a window)
+_FIRST_FILL = 0.5
 
 
 class TrendDivergence(Detector):
@@ -74,7 +75,7 @@ class TrendDivergence(Detector):
         self._a = float(noise_alpha)
         self._b = 1.0 - self._a
         self._rise = math.log(min_ratio)
-        self._half = window // 2
+        self._half = int(window * _FIRST_FILL)
         self._reset()
 
     def _reset(self) -> None:
@@ -82,7 +83,7 @@ class TrendDivergence(Detector):
         self._sbuf: deque[int] = deque(maxlen=self.window)  # and their steps
         self._noise = 0.0
         self._nd = 0  # second differences seen
-        self._cooldown_until = _NEVER
+        self._cooldown_until = NEVER
         self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
