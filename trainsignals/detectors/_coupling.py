@@ -147,9 +147,10 @@ class CouplingLevels(Detector):
         calm = (np.abs(dg) < self._gap) & (gg - gext[o:o + lim] > -self._gap)
         if not self._armed:  # disarmed: the next thing to happen is the re-arm
             k = first_true(calm)
-        else:
+        else:  # armed: only a step where the grad level moved can fire
             live = ~calm & (steps[i:i + lim] > self._cooldown_until)
-            k = first_true(live & self._hits(uu, gg, np.concatenate((np.asarray(self._us), uu)), gext))
+            k = first_true(live & self._hits(uu, gg, np.concatenate((np.asarray(self._us), uu)), gext)) \
+                if live.any() else lim
         if k:
             self._u, self._g = float(uu[k - 1]), float(gg[k - 1])
             m = self.lag + 1

@@ -128,7 +128,8 @@ class ValGapRule(Detector):
         if k:
             with np.errstate(divide="ignore", invalid="ignore"):
                 u = np.log(arrays[0][i:i + k])
-            ug = u[np.isfinite(u)]  # _step skips non-finite and non-positive losses
+            fin = np.isfinite(u)
+            ug = u if fin.all() else u[fin]  # _step skips non-finite and non-positive losses
             if len(ug):
                 if self._train is None:
                     self._train, ug = float(ug[0]), ug[1:]

@@ -143,15 +143,14 @@ class EarlyClimbDivergence(Detector):
         y = y[:lim]
         h = m + 1
         ext = np.concatenate((np.asarray(self._buf), y))
-        p = np.arange(h, h + lim)  # the new values' places in ext
         noise = noise_levels(ext, h, self._a, self._b, self._noise)
         gate = self.noise_mult * shifted(noise, self._noise)
         st = steps[i:i + lim]
         rising = np.ones(lim, dtype=bool)
-        dext = np.diff(ext)
+        dext = np.diff(ext)  # dext[q] = ext[q + 1] - ext[q]; the new values sit at ext[h:]
         for k in range(1, m + 1):
-            rising &= dext[p - k] > 0
-        total = ext[p] - ext[p - m]
+            rising &= dext[h - k:h - k + lim] > 0
+        total = ext[h:] - ext[h - m:h - m + lim]
         cand = (st > self._cooldown_until) & rising & (total >= self._rise) & (total >= gate)
         k = lim
         for c in np.flatnonzero(cand):

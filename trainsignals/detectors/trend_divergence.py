@@ -141,10 +141,9 @@ class TrendDivergence(Detector):
             return 0
         y = y[:lim]
         ext = np.concatenate((np.asarray(self._buf), y))
-        p = np.arange(w, w + lim)  # the new values' places in ext
         noise = noise_levels(ext, w, self._a, self._b, self._noise)
         st = steps[i:i + lim]
-        span = ext[p] - ext[p - w + 1]
+        span = ext[w:] - ext[1:1 + lim]  # the new values sit at ext[w:]
         cand = (st > self._cooldown_until) & (span >= self._rise) & (span >= shifted(noise, self._noise))
         k = lim
         for c in np.flatnonzero(cand):
