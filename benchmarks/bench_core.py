@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> dict:
     lrs = [1e-3] * len(xs)
     singles = {
         "EWMASpike": (ts.EWMASpike, (xs,)),
-        "SlopeDivergence": (ts.SlopeDivergence, (xs,)),
+        "EarlyClimbDivergence": (ts.EarlyClimbDivergence, (xs,)),
+        "TrendDivergence": (ts.TrendDivergence, (xs,)),
+        "LostProgress": (ts.LostProgress, (xs,)),
         "NonFinite": (ts.NonFinite, (xs,)),
         "LRAnomaly": (ts.LRAnomaly, (lrs,)),
         "GradCollapsePlateau (loss, grad_norm)": (ts.GradCollapsePlateau, (xs, gs)),
@@ -81,9 +83,10 @@ def main(argv: list[str] | None = None) -> dict:
         "NeverImprovedPlateau": (ts.NeverImprovedPlateau, (xs,)),
         "AbruptPlateau (loss)": (ts.AbruptPlateau, (xs,)),
         "Oscillation (loss, grad_norm)": (ts.Oscillation, (xs, gs)),
-        "LossGradCoupling (loss, grad_norm)": (ts.LossGradCoupling, (xs, gs)),
         "UpdateRatioAboveBand (ratio)": (ts.UpdateRatioAboveBand, (ratio,)),
         "UpdateRatioBelowBand (ratio, lr)": (ts.UpdateRatioBelowBand, (ratio, lrs)),
+        "GradLossDecoupling (loss, grad_norm)": (ts.GradLossDecoupling, (xs, gs)),
+        "JointCollapse (loss, grad_norm)": (ts.JointCollapse, (xs, gs)),
     }
     res["detector_update_ratio_vs_PageHinkley"] = {}
     for name, (cls, cols) in singles.items():

@@ -62,10 +62,15 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         lr = np.where(np.arange(n) < 300, 1e-3, 3e-3)
         lr[::11] = np.nan
         return {"loss": loss, "grad_norm": grad, "lr": lr}
-    if isinstance(det, ts.LossGradCoupling):
+    if isinstance(det, ts.GradLossDecoupling):
         grad = np.exp(rng.normal(0, 0.1, n))
         grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
         return {"loss": loss, "grad_norm": grad}
+    if isinstance(det, ts.JointCollapse):  # loss and grad norm collapse together from step 150
+        drop = np.clip((np.arange(n) - 150) / 40, 0, 1)
+        grad = 10.0 ** (-2 * drop) * np.exp(rng.normal(0, 0.1, n))
+        grad[::13] = np.nan
+        return {"loss": 2.3 * 10.0 ** (-3 * drop) * np.exp(rng.normal(0, 0.05, n)), "grad_norm": grad}
     if isinstance(det, ts.LRAnomaly):
         lr = np.full(n, 1e-3)
         lr[200:] = 0.1
@@ -88,6 +93,10 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         acc[350:] = 0.1 + rng.normal(0, 0.01, n - 350)
         acc[::17] = np.nan
         return {"val_metric": acc, "loss": np.exp(-np.arange(n) / 300)}
+    if isinstance(det, ts.EarlyClimbDivergence):  # a geometric blow-up from step 500, twice
+        loss = loss.copy()
+        loss[500:] *= 1.3 ** np.minimum(np.arange(n - 500), 40)
+        return {"loss": loss}
     return {det.inputs[0].name: loss}
 
 
@@ -95,7 +104,6 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "EWMASpike": ts.EWMASpike,
     "EWMASpike-linear-both": lambda: ts.EWMASpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
     "EWMASpike-persist": lambda: ts.EWMASpike(persist_kind="divergence", hold=5),
-    "SlopeDivergence": ts.SlopeDivergence,
     "GradCollapsePlateau": lambda: ts.GradCollapsePlateau(patience=40),
     "GradCollapsePlateau-strided": lambda: ts.GradCollapsePlateau(patience=150),
     "GradCollapseSlowdown": lambda: ts.GradCollapseSlowdown(patience=40),
@@ -105,8 +113,12 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "NeverImprovedPlateau": lambda: ts.NeverImprovedPlateau(patience=40),
     "AbruptPlateau": lambda: ts.AbruptPlateau(patience=40),
     "AbruptPlateau-strided-cooldown": lambda: ts.AbruptPlateau(patience=150, cooldown=100),
+    "EarlyClimbDivergence": ts.EarlyClimbDivergence,
+    "TrendDivergence": ts.TrendDivergence,
+    "LostProgress": ts.LostProgress,
     "Oscillation": ts.Oscillation,
-    "LossGradCoupling": ts.LossGradCoupling,
+    "GradLossDecoupling": ts.GradLossDecoupling,
+    "JointCollapse": ts.JointCollapse,
     "NonFinite": ts.NonFinite,
     "LRAnomaly": ts.LRAnomaly,
     "UpdateRatioAboveBand": ts.UpdateRatioAboveBand,

@@ -35,13 +35,13 @@ from torch.nn import functional as F  # noqa: E402
 
 import trainsignals as ts  # noqa: E402
 from trainsignals.adapters.lightning import TrainingFailure, TrainSignalsCallback  # noqa: E402
-from trainsignals.detectors import SlopeDivergence  # noqa: E402
+from trainsignals.detectors import LostProgress  # noqa: E402
 
 FAULT = 150          # the optimizer step whose learning rate is raised
 # a critical event must come within this many steps after the fault: a learning-rate blow-up
 # that leaves the loss on a plateau is judged "lost progress" once a window of values after the
 # burst is in, and the burst has left the window's noise estimate
-WINDOW = 2 * SlopeDivergence().window + 5
+WINDOW = 2 * LostProgress().window + 5
 STEPS = 300
 LR = 0.2             # the models' SGD learning rate (the loss has fallen well below chance by the fault)
 CRITICAL_KINDS = {"divergence", "grad_explosion", "nonfinite"}

@@ -58,12 +58,12 @@ BATCH_KINDS = {"loss_spike", "grad_explosion"}
 # recent level", with the loss jumping (loss spike) or climbing (divergence, "bad init, numerics").
 SCALE_KINDS = {"grad_explosion", "loss_spike", "divergence", "nonfinite"}
 # Labels collapsed to one class: the collapse is "silent collapse (decoupling): loss keeps falling ... while
-# grad norm vanishes (or explodes); model collapses to one safe answer" -- LossGradCoupling's
-# silent_collapse / vanishing_gradient family; the switch itself is a sudden jump of the gradient (the
-# error signal changed: gradient explosion) and, when the model gave the new class little probability, of
-# the loss (loss spike). What fires in practice (measured, seeds 0-5): the jump at the switch, then
+# grad norm vanishes (or explodes); model collapses to one safe answer" -- the silent_collapse /
+# vanishing_gradient family of GradLossDecoupling and JointCollapse; the switch itself is a sudden jump
+# of the gradient (the error signal changed: gradient explosion) and, when the model gave the new class
+# little probability, of the loss (loss spike). What fires in practice (measured, seeds 0-5): the jump at the switch, then
 # nothing of the silent_collapse family -- the grad norm falls with the loss (the coupled case that
-# LossGradCoupling leaves alone), and its 250-step lag is longer than these runs.
+# GradLossDecoupling leaves alone), and its 250-step lag is longer than these runs.
 COLLAPSE_KINDS = {"loss_spike", "grad_explosion", "silent_collapse", "vanishing_gradient"}
 
 

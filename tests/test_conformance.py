@@ -34,8 +34,9 @@ def _all_detector_classes() -> list[type]:
             if sub.__module__.startswith("trainsignals.") and sub not in found:
                 found.add(sub)
                 todo.append(sub)
-    # the shared bases of a private module (trainsignals.detectors._plateau) are no detectors of their own
-    return sorted((c for c in found if not c.__module__.rsplit(".", 1)[-1].startswith("_")), key=lambda c: c.__name__)
+    # the shared bases of a family of rules live in private modules and are not detectors themselves
+    found = {c for c in found if not c.__module__.rsplit(".", 1)[-1].startswith("_")}
+    return sorted(found, key=lambda c: c.__name__)
 
 
 ALL_CLASSES = _all_detector_classes()
@@ -43,7 +44,7 @@ ALL_CLASSES = _all_detector_classes()
 
 def test_every_detector_module_class_is_found():
     names = {c.__name__ for c in ALL_CLASSES}
-    assert {"EWMASpike", "TrainValGap", "LayerGradCliff", "ActivationHealth", "NonFinite"} <= names
+    assert {"EWMASpike", "BreakoutOverfitting", "LayerGradCliff", "ActivationHealth", "NonFinite"} <= names
     assert len(names) >= 13
 
 
@@ -174,9 +175,6 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.EWMASpike, "threshold", -1),
         (ts.EWMASpike, "direction", "sideways"),
         (ts.EWMASpike, "warmup", 1),
-        (ts.SlopeDivergence, "window", 3),
-        (ts.SlopeDivergence, "min_ratio", 0.5),
-        (ts.SlopeDivergence, "early_steps", 40),
         (ts.GradCollapsePlateau, "patience", 0),
         (ts.GradCollapsePlateau, "stuck_decades", 0),
         (ts.GradCollapseSlowdown, "slowdown", 1.0),
@@ -186,16 +184,28 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.NeverImprovedPlateau, "hold", 0),
         (ts.AbruptPlateau, "progress_mult", 0.5),
         (ts.AbruptPlateau, "signal", "not_a_signal"),
+        (ts.TrendDivergence, "window", 3),
+        (ts.TrendDivergence, "min_ratio", 0.5),
+        (ts.EarlyClimbDivergence, "steps", 1),
+        (ts.EarlyClimbDivergence, "max_share", 0.0),
+        (ts.LostProgress, "min_ratio", 3.0),
+        (ts.LostProgress, "frac", 0.0),
         (ts.Oscillation, "frac", 0.0),
         (ts.Oscillation, "warmup", 3),
-        (ts.LossGradCoupling, "lag", 1),
+        (ts.GradLossDecoupling, "lag", 1),
+        (ts.GradLossDecoupling, "loss_tolerance", 0.5),
+        (ts.JointCollapse, "span", 1000),
         (ts.LRAnomaly, "jump_factor", 1.0),
         (ts.UpdateRatioAboveBand, "high", 1e-9),
         (ts.UpdateRatioAboveBand, "ref_alpha", 0.5),
         (ts.UpdateRatioAboveBand, "cooldown", 1.5),
         (ts.UpdateRatioBelowBand, "soft_low", 1e-9),
         (ts.UpdateRatioBelowBand, "lr_explains", 2.0),
-        (ts.TrainValGap, "patience", 0),
+        (ts.BreakoutOverfitting, "patience", 0),
+        (ts.BreakoutOverfitting, "max_window", 2),
+        (ts.LevelStepOverfitting, "train_fall", 1.0),
+        (ts.MemorisationClimbOverfitting, "rises", 1),
+        (ts.MemorisationClimbOverfitting, "cooldown", -1),
         (ts.LayerGradCliff, "gap", 0),
         (ts.LayerUpdateRatio, "drop", -1.0),
         (ts.LayerUpdateRatio, "warmup", 0),
@@ -260,6 +270,9 @@ def _vector_cases():
     sat[300:] = 0.8
     loss = np.exp(-np.arange(n) / 300) * np.exp(rng.normal(0, 0.02, n))
     val = {s: float(np.exp(-s / 300) + (0.002 * (s - 150) if s > 150 else 0)) for s in range(0, n, 20)}
+    collapsing = loss * 10.0 ** -np.clip((np.arange(n) - 150) / 100, 0, None)  # the train loss, memorising
+    stepped = {s: float(np.exp(-min(s, 150) / 300) * (1.4 if s > 150 else 1.0) * (1 + 0.01 * np.sin(s)))
+               for s in range(0, n, 20)}  # the validation loss jumps onto a level 40 % higher
     return [
         ("LayerGradCliff", ts.LayerGradCliff,
          lambda d, t: d.update(layer_grad_norms={k: float(v) for k, v in zip(names, norms[t])}, step=t),
@@ -275,13 +288,20 @@ def _vector_cases():
          lambda d, lo, hi: d.scan(activations={"relu": {"dead_frac": dead[lo:hi], "saturation": np.zeros(hi - lo)},
                                                "tanh": {"dead_frac": np.zeros(hi - lo), "saturation": sat[lo:hi]}},
                                   steps=np.arange(lo, hi))),
-        ("TrainValGap", ts.TrainValGap,
-         lambda d, t: d.update(loss=float(loss[t]), val_loss=val.get(t), step=t),
-         lambda d, lo, hi: d.scan(loss=loss[lo:hi],
-                                  val_loss=(np.array([s for s in val if lo <= s < hi], dtype=np.int64),
-                                            np.array([val[s] for s in val if lo <= s < hi])),
-                                  steps=np.arange(lo, hi))),
+        _val_case("BreakoutOverfitting", ts.BreakoutOverfitting, loss, val),
+        _val_case("MemorisationClimbOverfitting", ts.MemorisationClimbOverfitting, collapsing, val),
+        _val_case("LevelStepOverfitting", ts.LevelStepOverfitting, collapsing, stepped),
     ]
+
+
+def _val_case(name, factory, loss, val):
+    """A case for an overfitting rule: train loss every step, validation loss every 20 steps."""
+    return (name, factory,
+            lambda d, t: d.update(loss=float(loss[t]), val_loss=val.get(t), step=t),
+            lambda d, lo, hi: d.scan(loss=loss[lo:hi],
+                                     val_loss=(np.array([s for s in val if lo <= s < hi], dtype=np.int64),
+                                               np.array([val[s] for s in val if lo <= s < hi])),
+                                     steps=np.arange(lo, hi)))
 
 
 def _flat(evs):

@@ -1,9 +1,9 @@
-"""LossGradCoupling on collapses that end at an exact zero, and early collapses.
+"""The coupling rules (GradLossDecoupling, JointCollapse) on collapses that end at an exact zero.
 
 A classifier whose labels were all switched to one class drives its cross-entropy toward 0
 within a few dozen steps; in float32 it underflows to exactly 0.0 and its gradients to
 (nearly) 0. The detector must keep watching such a run (a zero is at least as low as anything
-it saw) and report the collapse once, while a run that learns at a healthy pace stays quiet.
+it saw) and report the collapse once per rule, while a run that learns at a healthy pace stays quiet.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trainsignals import Kind, Monitor
-from trainsignals.detectors import LossGradCoupling
+from trainsignals.detectors import GradLossDecoupling, JointCollapse
 
 N, ONSET = 600, 60
 
@@ -41,13 +41,16 @@ def learning(seed: int):
     return loss, grad
 
 
-def collapses(loss, grad):
-    return [e for e in LossGradCoupling().scan(loss=loss, grad_norm=grad) if e.kind == Kind.SILENT_COLLAPSE]
+RULES = (GradLossDecoupling, JointCollapse)
+
+
+def collapses(loss, grad, rule=JointCollapse):
+    return [e for e in rule().scan(loss=loss, grad_norm=grad) if e.kind == Kind.SILENT_COLLAPSE]
 
 
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("zero_grad", [False, True])
-def test_a_collapse_that_ends_at_zero_is_reported_once(seed, zero_grad):
+def test_a_collapse_that_ends_at_zero_is_reported_once_by_the_span_rule(seed, zero_grad):
     evs = collapses(*collapsing(seed, zero_grad=zero_grad))
     assert len(evs) == 1, [(e.step, e.message) for e in evs]
     assert ONSET <= evs[0].step <= ONSET + 100
@@ -55,35 +58,50 @@ def test_a_collapse_that_ends_at_zero_is_reported_once(seed, zero_grad):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_an_early_collapse_is_reported_once_even_past_lag(seed):
-    # no zeros: the span rule fires first; once lag values are in, the same collapse must not
-    # be reported again by the lag rule
-    evs = collapses(*collapsing(seed, zero_loss=False))
-    assert len(evs) == 1, [(e.step, e.message) for e in evs]
+@pytest.mark.parametrize("zero_grad", [False, True])
+def test_each_rule_reports_a_collapse_at_most_once(seed, zero_grad):
+    # the lag rule may see the same collapse once its lag values are in (a zero loss held at its
+    # lowest level while the grad norm keeps falling): it reports it once, not once per step
+    for rule in RULES:
+        evs = rule().scan(**dict(zip(("loss", "grad_norm"), collapsing(seed, zero_grad=zero_grad))))
+        assert len(evs) <= 1, (rule.__name__, [(e.step, e.message) for e in evs])
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_a_learning_run_stays_quiet(seed):
-    assert LossGradCoupling().scan(**dict(zip(("loss", "grad_norm"), learning(seed)))) == []
+def test_an_early_collapse_is_left_to_the_span_rule(seed):
+    # no zeros: the span rule fires within the first lag steps; the lag rule, once its lag values
+    # are in, sees a grad norm that fell with the loss (coupled) and stays quiet
+    loss, grad = collapsing(seed, zero_loss=False)
+    assert len(collapses(loss, grad)) == 1
+    assert GradLossDecoupling().scan(loss=loss, grad_norm=grad) == []
 
 
-def test_zeros_before_any_positive_value_are_skipped():
-    det = LossGradCoupling()
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
+def test_a_learning_run_stays_quiet(seed, rule):
+    assert rule().scan(**dict(zip(("loss", "grad_norm"), learning(seed)))) == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
+def test_zeros_before_any_positive_value_are_skipped(rule):
+    det = rule()
     assert [det.update(loss=0.0, grad_norm=0.0) for _ in range(5)] == [[]] * 5
     assert det.state_dict()["state"]["n"] == 0
 
 
-def test_negative_values_are_skipped_not_floored():
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
+def test_negative_values_are_skipped_not_floored(rule):
     loss, grad = learning(0)
     loss = loss.copy()
     loss[300:] = -1.0  # e.g. a log-likelihood term that went negative: not a collapse
-    assert collapses(loss, grad) == []
+    assert collapses(loss, grad, rule) == []
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_scan_and_streaming_agree_on_zeros(seed):
-    loss, grad = collapsing(seed, zero_grad=True)
-    a, b = LossGradCoupling(), LossGradCoupling()
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
+def test_scan_and_streaming_agree_on_zeros(seed, rule):
+    loss, grad = collapsing(seed, zero_grad=seed == 0)
+    a, b = rule(), rule()
     ea = a.scan(loss=loss, grad_norm=grad)
     eb = [e for x, g in zip(loss.tolist(), grad.tolist()) for e in b.update(loss=x, grad_norm=g)]
     assert [(e.step, e.onset_step, e.value) for e in ea] == [(e.step, e.onset_step, e.value) for e in eb]

@@ -99,8 +99,9 @@ def test_nonfinite_is_a_critical_event_and_statistics_are_untouched():
     assert (ts.Kind.NONFINITE, "grad_norm", "critical") in kinds
     assert mon.should_stop and mon.status == "diverging"
     after = mon.state_dict()
-    for name in ("loss_spike", "divergence", "stall_grad_collapse", "stall_frozen_updates", "stall_abrupt",
-                 "oscillation", "grad_explosion", "coupling"):
+    for name in ("loss_spike", "early_climb", "trend_divergence", "lost_progress", "stall_grad_collapse",
+                 "stall_frozen_updates", "stall_abrupt", "oscillation", "grad_explosion", "grad_decoupling",
+                 "joint_collapse"):
         a, b = dict(snap["detectors"][name]["state"]), dict(after["detectors"][name]["state"])
         a.pop("last_step"), b.pop("last_step")
         assert a == b, name

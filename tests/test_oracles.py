@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainsignals.detectors._ops import ewma, ewvar
+from trainsignals.detectors._trend import window_trend
 from trainsignals.detectors.layer_cliff import middle
-from trainsignals.detectors.slope_divergence import window_trend
 
 statsmodels_api = pytest.importorskip("statsmodels.api")
 

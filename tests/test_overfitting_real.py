@@ -1,4 +1,4 @@
-"""The TrainValGap detector on the real-run suite (``datasets/real``) and the synthetic suite.
+"""The overfitting rules on the real-run suite (``datasets/real``) and the synthetic suite.
 
 The real overfitting runs are small PyTorch trainings whose training set shrinks to a few dozen
 examples at the onset: the training loss then collapses (often by decades) while the validation
@@ -6,7 +6,10 @@ loss, measured every 25 to 50 steps, stops improving and climbs, sometimes insid
 meandered over while the model still generalised. The detector must catch them within the
 bench's window after the onset (the onset is the best validation), stay quiet on healthy runs
 (validation plateaus that meander while the train loss creeps down) and not fire before the
-onset of other faults. Rates are asserted over the suites, never per curve.
+onset of other faults. Three rules share the work (a trend break-out, a level step, a memorisation
+climb: :class:`BreakoutOverfitting`, :class:`LevelStepOverfitting`,
+:class:`MemorisationClimbOverfitting`); the default suite runs all three. Rates are asserted over
+the suites, never per curve.
 """
 
 from __future__ import annotations
@@ -19,32 +22,39 @@ import pytest
 
 from trainsignals import Kind
 from trainsignals.curves import load_suite
-from trainsignals.detectors import TrainValGap
+from trainsignals.detectors import BreakoutOverfitting, LevelStepOverfitting, MemorisationClimbOverfitting
 from trainsignals.eval.bench import default_window
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_scan_equivalence import close_state  # noqa: E402
 
-NO_CLIMB = {"climb": 10**9}  # the memorisation-climb route can never fire
-NO_BREAKOUT = {"threshold": 1e300}  # the break-out route can never fire
+ROUTES = (BreakoutOverfitting, LevelStepOverfitting, MemorisationClimbOverfitting)  # the default suite's
+NO_CLIMB = (BreakoutOverfitting, LevelStepOverfitting)  # the suite without the memorisation climb
+CLIMB_ONLY = (MemorisationClimbOverfitting,)
+PHRASE = {BreakoutOverfitting: "beyond its earlier wobble", LevelStepOverfitting: "on a level above the one it held",
+          MemorisationClimbOverfitting: "rising at each of the last"}
 
 
 def has_val(curve) -> bool:
     return curve.val_steps is not None and len(curve.val_steps) > 0
 
 
-def events(curve, **kw):
-    det = TrainValGap(**kw)
-    return [e for e in det.scan(loss=curve.loss, val_loss=(curve.val_steps, curve.val_loss)) if e.kind == Kind.OVERFITTING]
+def scan(rule, loss, val):
+    return [e for e in rule().scan(loss=loss, val_loss=val) if e.kind == Kind.OVERFITTING]
 
 
-def caught(curve, **kw) -> bool:
+def events(curve, routes=ROUTES):
+    evs = [e for rule in routes for e in scan(rule, curve.loss, (curve.val_steps, curve.val_loss))]
+    return sorted(evs, key=lambda e: e.step)
+
+
+def caught(curve, routes=ROUTES) -> bool:
     hi = curve.onset_step + default_window("overfitting", len(curve.loss))
-    return any(curve.onset_step <= e.step <= hi for e in events(curve, **kw))
+    return any(curve.onset_step <= e.step <= hi for e in events(curve, routes))
 
 
-def early(curve, **kw) -> bool:
-    return any(e.step < curve.onset_step for e in events(curve, **kw))
+def early(curve, routes=ROUTES) -> bool:
+    return any(e.step < curve.onset_step for e in events(curve, routes))
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +85,8 @@ def test_real_overfitting_runs_are_caught_within_the_window(real):
 def test_the_memorisation_climb_catches_what_the_break_out_misses(real):
     runs = of_kind(real, "overfitting")
     both = np.mean([caught(c) for c in runs])
-    breakout_only = np.mean([caught(c, **NO_CLIMB) for c in runs])
-    climb_only = np.mean([caught(c, **NO_BREAKOUT) for c in runs])
+    breakout_only = np.mean([caught(c, NO_CLIMB) for c in runs])
+    climb_only = np.mean([caught(c, CLIMB_ONLY) for c in runs])
     assert both > breakout_only, (both, breakout_only)
     assert climb_only > 0
 
@@ -89,8 +99,8 @@ def test_healthy_runs_stay_quiet(real, synthetic):
 
 def test_the_memorisation_climb_alone_never_fires_on_healthy_runs_or_before_an_onset(real, synthetic):
     for curves in (real, synthetic):
-        assert not any(events(c, **NO_BREAKOUT) for c in of_kind(curves, "healthy"))
-        assert not any(early(c, **NO_BREAKOUT) for c in faulty(curves))
+        assert not any(events(c, CLIMB_ONLY) for c in of_kind(curves, "healthy"))
+        assert not any(early(c, CLIMB_ONLY) for c in faulty(curves))
 
 
 def test_no_alarm_before_the_onset_of_other_faults(real, synthetic):
@@ -100,22 +110,22 @@ def test_no_alarm_before_the_onset_of_other_faults(real, synthetic):
 
 def test_the_event_names_the_best_validation_and_the_route(real):
     for c in of_kind(real, "overfitting"):
-        for e in events(c):
-            assert e.onset_step in set(c.val_steps.tolist())
-            assert e.onset_step < e.step
-            assert "restore the step-" in e.message
-            level = "on a level above the one it held" in e.message
-            climb = "rising at each of the last" in e.message
-            breakout = "beyond its earlier wobble" in e.message and not level
-            assert level + climb + breakout == 1, e.message
+        for rule in ROUTES:
+            for e in scan(rule, c.loss, (c.val_steps, c.val_loss)):
+                assert e.onset_step in set(c.val_steps.tolist())
+                assert e.onset_step < e.step
+                assert "restore the step-" in e.message
+                assert e.detector == rule.__name__ and PHRASE[rule] in e.message, e.message
+                assert [p in e.message for p in PHRASE.values()].count(True) == 1 + (rule is LevelStepOverfitting)
 
 
+@pytest.mark.parametrize("rule", ROUTES, ids=lambda r: r.__name__)
 @pytest.mark.parametrize("kind", ["overfitting", "healthy"])
-def test_scan_matches_update_on_real_runs(real, kind):
+def test_scan_matches_update_on_real_runs(real, kind, rule):
     for c in of_kind(real, kind)[:6]:
-        batch = TrainValGap()
+        batch = rule()
         got = batch.scan(loss=c.loss, val_loss=(c.val_steps, c.val_loss))
-        stream = TrainValGap()
+        stream = rule()
         val = dict(zip(c.val_steps.tolist(), c.val_loss.tolist()))
         want = [e for s, x in enumerate(c.loss.tolist()) for e in stream.update(loss=x, val_loss=val.get(s), step=s)]
         assert [(e.step, e.onset_step, e.message) for e in got] == [(e.step, e.onset_step, e.message) for e in want]
@@ -123,10 +133,10 @@ def test_scan_matches_update_on_real_runs(real, kind):
 
 
 def plateau_then(tail, **kw):
-    """Overfitting events on a validation curve that reaches its best (0.5) at step 400, then ``tail``."""
+    """Break-out events on a validation curve that reaches its best (0.5) at step 400, then ``tail``."""
     vals = [1.0, 0.8, 0.6, 0.5] + [0.5 * x for x in tail]
     val = {100 * (i + 1): v for i, v in enumerate(vals)}
-    det = TrainValGap(**kw)
+    det = BreakoutOverfitting(**kw)
     evs = [e for s in range(0, 100 * len(vals) + 1, 10)
            for e in det.update(loss=1.0 / (1 + s / 100), val_loss=val.get(s), step=s)]
     return [(e.step, e.onset_step) for e in evs]
@@ -136,27 +146,25 @@ def test_the_trend_test_uses_the_student_t_critical_value_of_its_degrees_of_free
     # best + 3 validations: slope t = 3.9 on 2 degrees of freedom, below t(0.975, 2) = 4.30
     tail = [1.05, 1.05, 1.13]
     assert plateau_then(tail) == []
-    assert plateau_then(tail, threshold=3.0) == [(700, 400)]  # the old fixed threshold took it
     assert plateau_then(tail, confidence=0.95) == [(700, 400)]  # t(0.95, 2) = 2.92
     # one more rise: 5 validations, 3 degrees of freedom, critical value 3.18
     assert plateau_then(tail + [1.15]) == [(800, 400)]
 
 
-@pytest.mark.parametrize("kw, name", [
-    ({"confidence": 0.5}, "confidence"),
-    ({"confidence": 1.0}, "confidence"),
-    ({"confidence": float("nan")}, "confidence"),
-    ({"threshold": 0.0}, "threshold"),
-    ({"threshold": -1.0}, "threshold"),
-    ({"climb": 1}, "climb"),
-    ({"climb": 2.5}, "climb"),
-    ({"climb_train_fall": 0.0}, "climb_train_fall"),
-    ({"climb_train_fall": 1.0}, "climb_train_fall"),
-    ({"climb_train_fall": float("nan")}, "climb_train_fall"),
+@pytest.mark.parametrize("rule, kw, name", [
+    (BreakoutOverfitting, {"confidence": 0.5}, "confidence"),
+    (BreakoutOverfitting, {"confidence": 1.0}, "confidence"),
+    (LevelStepOverfitting, {"confidence": float("nan")}, "confidence"),
+    (MemorisationClimbOverfitting, {"rises": 1}, "rises"),
+    (MemorisationClimbOverfitting, {"rises": 2.5}, "rises"),
+    (MemorisationClimbOverfitting, {"train_fall": 0.0}, "train_fall"),
+    (LevelStepOverfitting, {"train_fall": 1.0}, "train_fall"),
+    (LevelStepOverfitting, {"train_fall": float("nan")}, "train_fall"),
+    (BreakoutOverfitting, {"cooldown": -1}, "cooldown"),
 ])
-def test_bad_config_names_the_parameter(kw, name):
+def test_bad_config_names_the_parameter(rule, kw, name):
     with pytest.raises(ValueError, match=name):
-        TrainValGap(**kw)
+        rule(**kw)
 
 
 def stepped_run(seed: int, train_drop: float, lift: float = 1.7, n_val: int = 24):
@@ -180,7 +188,7 @@ def stepped_run(seed: int, train_drop: float, lift: float = 1.7, n_val: int = 24
 @pytest.mark.parametrize("seed", range(6))
 def test_a_jump_onto_a_higher_level_while_the_train_loss_collapses_is_caught(seed):
     loss, val = stepped_run(seed, train_drop=50.0)
-    evs = [e for e in TrainValGap().scan(loss=loss, val_loss=val) if e.kind == Kind.OVERFITTING]
+    evs = sorted((e for rule in ROUTES for e in scan(rule, loss, val)), key=lambda e: e.step)
     assert evs, "missed"
     assert evs[0].onset_step == 500 and evs[0].step <= 500 + 6 * 50
 
@@ -190,17 +198,16 @@ def test_the_same_jump_while_the_train_loss_creeps_is_left_alone(seed):
     # a validation bump while the train loss falls 20 %: a meander a healthy run takes back,
     # not a gap that widened by 1 / (1 - climb_train_fall)
     loss, val = stepped_run(seed, train_drop=1.25)
-    assert [e.step for e in TrainValGap().scan(loss=loss, val_loss=val) if "on a level above" in e.message] == []
+    assert scan(LevelStepOverfitting, loss, val) == []
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_level_step_fires_where_the_other_routes_are_silent(seed):
     loss, val = stepped_run(seed, train_drop=50.0)
-    evs = TrainValGap().scan(loss=loss, val_loss=val)
-    others = TrainValGap(climb=10**9).scan(loss=loss, val_loss=val)   # the memorisation climb off
-    first = min(e.step for e in evs)
-    assert "on a level above" in evs[0].message
-    assert all(e.step > first for e in others if "on a level above" not in e.message)
+    level = scan(LevelStepOverfitting, loss, val)
+    assert level, "missed"
+    assert all(e.step > level[0].step for rule in (BreakoutOverfitting, MemorisationClimbOverfitting)
+               for e in scan(rule, loss, val))
 
 
 def twice_run(seed: int, comes_back: bool = True):
@@ -228,15 +235,15 @@ def twice_run(seed: int, comes_back: bool = True):
 def test_an_overfit_taken_back_then_resumed_is_reported_again(seed):
     # once the validation loss comes back at least halfway from the rise the first alarm
     # reported, that rise was taken back: the second climb, which never beats the best, is news
-    steps = [e.step for e in TrainValGap().scan(**dict(zip(("loss", "val_loss"), twice_run(seed)))) if e.kind == Kind.OVERFITTING]
+    steps = [e.step for e in scan(BreakoutOverfitting, *twice_run(seed))]
     assert len(steps) == 2 and 500 < steps[0] <= 800 and 1100 < steps[1] <= 1500, steps
-    stays = [e.step for e in TrainValGap().scan(**dict(zip(("loss", "val_loss"), twice_run(seed, comes_back=False)))) if e.kind == Kind.OVERFITTING]
+    stays = [e.step for e in scan(BreakoutOverfitting, *twice_run(seed, comes_back=False))]
     assert len(stays) == 1 and 500 < stays[0] <= 800, stays
 
 
 def test_streaming_rearms_like_the_scan():
     loss, (vs, vals) = twice_run(0)
-    a, b = TrainValGap(), TrainValGap()
+    a, b = BreakoutOverfitting(), BreakoutOverfitting()
     ea = a.scan(loss=loss, val_loss=(vs, vals))
     val_at = dict(zip(vs.tolist(), vals.tolist()))
     eb = [e for s, x in enumerate(loss.tolist()) for e in b.update(loss=x, val_loss=val_at.get(s), step=s)]
@@ -253,5 +260,6 @@ def test_a_climb_inside_a_wide_earlier_wobble_is_reported_once():
     vs = np.arange(1, 21) * 50
     val = np.array([0.56, 0.40, 0.275, 0.434, 0.404, 0.252] + [0.252 * (1.16 + 0.006 * k) for k in range(14)])
     val[6:9] = 0.252 * np.array([1.08, 1.13, 1.16])
-    evs = [e for e in TrainValGap().scan(loss=train, val_loss=(vs, val)) if e.kind == Kind.OVERFITTING]
+    evs = scan(MemorisationClimbOverfitting, train, (vs, val))
     assert len(evs) == 1 and evs[0].onset_step == 300, [e.step for e in evs]
+    assert all(len(scan(rule, train, (vs, val))) <= 1 for rule in ROUTES)

@@ -6,8 +6,8 @@ said::
     from trainsignals.curves import generate
     from trainsignals.testing import assert_detects, assert_quiet
 
-    assert_detects(SlopeDivergence(), generate("divergence", seed=3, difficulty="easy"))
-    assert_quiet(SlopeDivergence(), generate("healthy", seed=3))
+    assert_detects(TrendDivergence(), generate("divergence", seed=3, difficulty="easy"))
+    assert_quiet(TrendDivergence(), generate("healthy", seed=3))
 
 A detector may be a :class:`trainsignals.Monitor` (fed every signal of the curve), a
 detector of the contract (its ``scan`` is given the curve's signals its ``inputs`` name), any

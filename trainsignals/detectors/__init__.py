@@ -3,20 +3,25 @@
 from ._base import Detector, DetectorProtocol, Input, Knob
 from .abrupt_plateau import AbruptPlateau
 from .activation_health import ActivationHealth
+from .breakout_overfitting import BreakoutOverfitting
+from .climb_overfitting import MemorisationClimbOverfitting
+from .early_climb import EarlyClimbDivergence
 from .ewma_spike import EWMASpike, GuardedEWMASpike
 from .frozen_update_plateau import FrozenUpdatePlateau
 from .grad_collapse_plateau import GradCollapsePlateau
 from .grad_collapse_slowdown import GradCollapseSlowdown
+from .grad_decoupling import GradLossDecoupling
+from .joint_collapse import JointCollapse
 from .layer_cliff import LayerGradCliff
 from .layer_ratio import LayerUpdateRatio
-from .loss_grad_coupling import LossGradCoupling
+from .level_step_overfitting import LevelStepOverfitting
+from .lost_progress import LostProgress
 from .never_improved_plateau import NeverImprovedPlateau
 from .oscillation import Oscillation
 from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite
-from .slope_divergence import SlopeDivergence
 from .top_share_collapse import TopShareCollapse
-from .train_val_gap import TrainValGap
+from .trend_divergence import TrendDivergence
 from .update_ratio_above_band import UpdateRatioAboveBand
 from .update_ratio_below_band import UpdateRatioBelowBand
 from .val_metric_chance import ValMetricChance
@@ -24,8 +29,10 @@ from .val_metric_chance import ValMetricChance
 __all__ = [
     "AbruptPlateau",
     "ActivationHealth",
+    "BreakoutOverfitting",
     "Detector",
     "DetectorProtocol",
+    "EarlyClimbDivergence",
     "EWMASpike",
     "FrozenUpdatePlateau",
     "GradCollapsePlateau",
@@ -36,15 +43,18 @@ __all__ = [
     "LRAnomaly",
     "LayerGradCliff",
     "LayerUpdateRatio",
-    "LossGradCoupling",
     "NeverImprovedPlateau",
     "NonFinite",
     "Oscillation",
     "RankOutliers",
-    "SlopeDivergence",
     "TopShareCollapse",
-    "TrainValGap",
     "UpdateRatioAboveBand",
     "UpdateRatioBelowBand",
     "ValMetricChance",
+    "GradLossDecoupling",
+    "JointCollapse",
+    "LevelStepOverfitting",
+    "LostProgress",
+    "MemorisationClimbOverfitting",
+    "TrendDivergence",
 ]

@@ -44,3 +44,8 @@ def first_true(mask: np.ndarray) -> int:
     if len(mask) == 0 or not mask[idx]:
         return len(mask)
     return idx
+
+
+#: a step before any step a run can have (steps lie above -2**62: trainsignals._validate.to_step);
+#: the "no event yet" of the detectors' cooldowns
+NEVER = -(2**62)

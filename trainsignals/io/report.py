@@ -13,7 +13,7 @@ Example:
     >>> import numpy as np
     >>> from trainsignals.io.report import status_timeline
     >>> from trainsignals import Event, Kind
-    >>> ev = Event(Kind.DIVERGENCE, "critical", 50, 45, "SlopeDivergence", "loss", 1.0, 0.2, "m", "c", "f")
+    >>> ev = Event(Kind.DIVERGENCE, "critical", 50, 45, "TrendDivergence", "loss", 1.0, 0.2, "m", "c", "f")
     >>> status_timeline([ev], steps=np.arange(300), loss=np.ones(300), recovery=100)
     [(0, 'warming_up'), (19, 'healthy'), (50, 'diverging'), (150, 'healthy')]
 """

@@ -1,0 +1,165 @@
+"""The smoothed loss and grad-norm levels the coupling rules compare, kept once for both.
+
+:class:`~trainsignals.GradLossDecoupling` and :class:`~trainsignals.JointCollapse` each hold
+the levels their rule reads through this base class: the EWMA (weight ``alpha``) of
+``u = log(loss)`` and ``g = log(grad_norm)``, the last ``lag + 1`` of each, the re-arm rule
+and the onset search they share, and the vectorised advance of their batch path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._events import Event
+from .._validate import check_range
+from ._base import Detector, Input
+from ._ops import NEVER, ewma, first_true
+
+#: natural log of 10: decades to log units
+LN10 = math.log(10.0)
+#: how far the grad level must leave its reference for the onset: a quarter of a decade, well
+#: above the step-to-step wobble of a smoothed healthy grad norm, well below ``orders``
+_ONSET_DECADES = 0.25
+
+
+class CouplingLevels(Detector):
+    """Base of the coupling rules: smoothed log levels of loss and grad norm, and the re-arm.
+
+    After an event a rule stays quiet until the grad level holds still again: it moved less
+    than ``orders`` decades over the last ``lag`` values and fell less than that over the
+    rule's short span (``span`` values; for a rule without one, the ``lag``), so one collapse is
+    one event; and for ``cooldown`` steps in any case. A loss
+    or grad norm of exactly 0 counts as the lowest smoothed level held for that signal;
+    negative and non-finite values are skipped.
+    """
+
+    inputs = (Input("loss"), Input("grad_norm"))
+    _state_keys = ("n", "u", "g", "us", "gs", "ss", "armed", "cooldown_until", "last_step")
+
+    def _setup(self, lag: int, alpha: float, orders: float, cooldown: int, span: int) -> None:
+        check_range("lag", lag, 2, None, integer=True)
+        check_range("alpha", alpha, 0, 1, lo_open=True)
+        check_range("orders", orders, 0, None, lo_open=True)
+        check_range("cooldown", cooldown, 0, None, integer=True)
+        self.lag = lag
+        self.alpha = alpha
+        self.orders = orders
+        self.cooldown = cooldown
+        self._span = span
+        self._a, self._b = float(alpha), 1.0 - float(alpha)
+        self._gap = orders * LN10
+        self._reset()
+
+    def _reset(self) -> None:
+        self._n = 0
+        self._u = self._g = 0.0
+        self._us: deque[float] = deque(maxlen=self.lag + 1)
+        self._gs: deque[float] = deque(maxlen=self.lag + 1)
+        self._ss: deque[int] = deque(maxlen=self.lag + 1)
+        self._armed = True
+        self._cooldown_until = NEVER
+        self._last_step = -1
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        m = self.lag + 1
+        self._us = deque(state["us"], maxlen=m)
+        self._gs = deque(state["gs"], maxlen=m)
+        self._ss = deque(state["ss"], maxlen=m)
+
+    def _levels(self, loss: float, grad: float, step: int) -> bool:
+        """Take one step's values into the levels; ``True`` when the rule may fire at this step."""
+        self._last_step = step
+        if loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0:
+            return False
+        if loss == 0.0 or grad == 0.0:  # underflowed: at least as low as the lowest level held
+            if not self._us:
+                return False
+            u = math.log(loss) if loss else min(self._us)
+            g = math.log(grad) if grad else min(self._gs)
+        else:
+            u = math.log(loss)
+            g = math.log(grad)
+        if self._n:
+            u = self._a * u + self._b * self._u
+            g = self._a * g + self._b * self._g
+        self._u = u
+        self._g = g
+        self._n += 1
+        gs = self._gs
+        self._us.append(u)
+        gs.append(g)
+        self._ss.append(step)
+        if len(gs) <= self._span:
+            return False
+        gap = self._gap
+        if -gap < g - gs[0] < gap and g - gs[-self._span - 1] > -gap:  # the grad level holds: re-arm
+            self._armed = True
+            return False
+        return self._armed and step > self._cooldown_until
+
+    def _fired(self, step: int) -> None:
+        self._armed = False
+        self._cooldown_until = step + self.cooldown
+
+    def _onset(self, fell: bool) -> int:
+        """The first step of the held span at which the grad level left its start (for a fall:
+        its highest level so far) by a quarter of a decade.
+        """
+        q = _ONSET_DECADES * LN10
+        ref = self._gs[0]
+        for gv, sv in zip(self._gs, self._ss):
+            if fell:
+                if gv > ref:
+                    ref = gv
+                elif ref - gv >= q:
+                    return sv
+            elif gv - ref >= q:
+                return sv
+        return self._ss[-1]
+
+    def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray) -> np.ndarray:
+        """Batch twin of the rule: where it fires, for levels ``uu``, ``gg`` after ``uext``, ``gext``."""
+        raise NotImplementedError
+
+    def _step(self, loss: float, grad: float, step: int) -> Event | None:
+        raise NotImplementedError
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        if len(self._gs) <= self.lag:
+            return 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.log(arrays[0][i:j])
+            g = np.log(arrays[1][i:j])
+        lim = first_true(~(np.isfinite(u) & np.isfinite(g)))
+        if lim == 0:
+            return 0
+        uu = ewma(u[:lim], self._a, self._b, self._u)
+        gg = ewma(g[:lim], self._a, self._b, self._g)
+        gext = np.concatenate((np.asarray(self._gs), gg))
+        dg = gg - gext[1:lim + 1]  # the ring holds lag+1 levels: index c+1 is lag values back
+        o = self.lag + 1 - self._span  # and index c+o is span values back
+        calm = (np.abs(dg) < self._gap) & (gg - gext[o:o + lim] > -self._gap)
+        if not self._armed:  # disarmed: the next thing to happen is the re-arm
+            k = first_true(calm)
+        else:  # armed: only a step where the grad level moved can fire
+            live = ~calm & (steps[i:i + lim] > self._cooldown_until)
+            k = first_true(live & self._hits(uu, gg, np.concatenate((np.asarray(self._us), uu)), gext)) \
+                if live.any() else lim
+        if k:
+            self._u, self._g = float(uu[k - 1]), float(gg[k - 1])
+            m = self.lag + 1
+            self._us.extend(uu[max(0, k - m):k].tolist())
+            self._gs.extend(gg[max(0, k - m):k].tolist())
+            self._ss.extend(steps[i + max(0, k - m):i + k].tolist())
+            self._n += k
+            self._last_step = int(steps[i + k - 1])
+        return k
+
+
+__all__ = ["LN10", "CouplingLevels"]

@@ -1,0 +1,58 @@
+"""Numerics shared by the loss-trend rules (divergence and overfitting): written once here.
+
+The streaming and the batch paths of :class:`~trainsignals.EarlyClimbDivergence`,
+:class:`~trainsignals.TrendDivergence`, :class:`~trainsignals.LostProgress` and the
+overfitting rules call these same functions, so both paths compute the same values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ._ops import ewma
+
+__all__ = ["NOISE_PER_SD", "noise_levels", "window_trend"]
+
+#: E|y[t] - 2y[t-1] + y[t-2]| of white noise, in units of its standard deviation:
+#: sqrt(6) * sqrt(2/pi) (the second difference of white noise has variance 6, its mean
+#: absolute value is sqrt(2/pi) standard deviations)
+NOISE_PER_SD = math.sqrt(12.0 / math.pi)
+#: added to the slope's variance so a window of identical values gives a finite t-statistic
+#: (a numerical floor, far below any real loss's residual variance)
+_VAR_FLOOR = 1e-18
+
+
+def window_trend(win: Sequence[float]) -> tuple[float, float]:
+    """Least-squares slope of ``win`` against its index, and the slope's t-statistic.
+
+    Pure Python so the streaming and the batch path share it value for value.
+    """
+    w = len(win)
+    c = (w - 1) / 2.0
+    mean = sum(win) / w
+    skk = w * (w * w - 1) / 12.0
+    sxy = 0.0
+    for k, y in enumerate(win):
+        sxy += (k - c) * (y - mean)
+    slope = sxy / skk
+    ss = 0.0
+    for k, y in enumerate(win):
+        r = y - mean - slope * (k - c)
+        ss += r * r
+    se = math.sqrt(ss / (w - 2) / skk + _VAR_FLOOR)
+    return slope, slope / se
+
+
+def noise_levels(ext: np.ndarray, held: int, a: float, b: float, noise0: float) -> np.ndarray:
+    """The batch twin of the noise scale the divergence rules keep.
+
+    ``ext`` is the ``held`` log values a detector holds followed by the new ones; returns, for
+    each new value, the EWMA (weights ``a``, ``b = 1 - a``, from ``noise0``) of the second
+    difference ``|y[t] - 2y[t-1] + y[t-2]|`` -- the scalar paths write ``a*ad + b*noise``.
+    """
+    d = np.diff(ext)
+    ad = np.abs(d[held - 1:] - d[held - 2:-1])
+    return ewma(ad, a, b, noise0)

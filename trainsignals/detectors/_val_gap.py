@@ -1,0 +1,200 @@
+"""The early-stopping bookkeeping the overfitting rules share, written once.
+
+:class:`~trainsignals.BreakoutOverfitting`, :class:`~trainsignals.LevelStepOverfitting` and
+:class:`~trainsignals.MemorisationClimbOverfitting` each judge whether a validation loss that
+stopped improving overfits; the smoothed train loss, the best validation, the gates every alarm
+needs, the re-arm, the event and the batch path live here.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range
+from ._base import Detector, Input
+from ._ops import NEVER, ewma, first_true
+
+#: relative improvement that counts as a new best validation: the default of the former
+#: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
+MIN_DELTA = 1e-3
+#: EWMA weight of ``log(train loss)`` (a memory of about 40 steps): the default of the former
+#: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
+TRAIN_ALPHA = 0.05
+#: share of the reported rise that a validation must take back (towards the best) to re-arm
+_REARM_SHARE = 0.5
+#: the state every overfitting rule keeps (a rule adds its own keys to these)
+RULE_KEYS: tuple[str, ...] = ("train", "best", "best_step", "best_train", "bad", "fired", "cooldown_until", "last_step")
+#: and the state of a rule that compares with the wobble
+WOBBLE_KEYS: tuple[str, ...] = RULE_KEYS + ("hist", "wobble", "peak", "fall")
+
+
+class ValGapRule(Detector):
+    """Base of the overfitting rules: the best validation, the gates, the re-arm and the event.
+
+    The detector keeps an EWMA (weight :data:`TRAIN_ALPHA`) of ``log(train loss)`` and, at each
+    validation, the best ``log(val_loss)``; a validation that does not beat the best by
+    ``log(1 + MIN_DELTA)`` counts toward ``patience``. Every alarm needs ``patience``
+    validations in a row that failed to improve, the latest at least ``min_rise`` (relative)
+    above the best, and the smoothed train loss at least ``min_train_fall`` (relative) below its
+    value at the best validation (both rising is a divergence, not overfitting); then the
+    subclass's evidence (``_evidence``). ``onset_step`` and :attr:`best_step` are the step of the
+    best validation. A rule fires once per new best, and re-arms once a validation has come back
+    at least halfway (in log space) from the rise it reported towards the best; after an event
+    it is quiet for ``cooldown`` steps in any case.
+    """
+
+    inputs = (Input("loss", required=False), Input("val_loss", required=False))
+    _state_keys = RULE_KEYS
+
+    def _setup(self, patience: int, min_rise: float, min_train_fall: float, cooldown: int) -> None:
+        check_range("patience", patience, 2, None, integer=True)
+        check_range("min_rise", min_rise, 0, None)
+        check_range("min_train_fall", min_train_fall, 0, 1, hi_open=True)
+        check_range("cooldown", cooldown, 0, None, integer=True)
+        self.patience = patience
+        self.min_rise = min_rise
+        self.min_train_fall = min_train_fall
+        self.cooldown = cooldown
+        self._a, self._b = TRAIN_ALPHA, 1.0 - TRAIN_ALPHA
+        self._ld = math.log1p(MIN_DELTA)
+        self._lr = math.log1p(min_rise)
+        self._tf = -math.log1p(-min_train_fall)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._train: float | None = None
+        self._best: float | None = None  # the best log validation, its step, the smoothed train loss there
+        self._best_train: float | None = None
+        self._best_step, self._bad = -1, 0
+        self._fired: float | None = None  # the log rise above the best that alarmed (None: armed)
+        self._cooldown_until, self._last_step = NEVER, -1
+
+    @property
+    def best_step(self) -> int:
+        """Step of the best validation loss so far (-1 before any): the checkpoint to keep."""
+        return self._best_step
+
+    def _observe(self, v: float, new_best: bool) -> None:
+        """Take one log validation into the subclass's own state (before the best moves)."""
+
+    def _evidence(self, v: float, tr: float, best_train: float) -> str | None:
+        """The rule: how the validation overfits (words for the message), or ``None``."""
+        raise NotImplementedError
+
+    def _val(self, val: float, step: int) -> Event | None:
+        if val - val != 0.0 or val <= 0.0:
+            return None
+        v = math.log(val)
+        new_best = self._best is None or v < self._best - self._ld
+        self._observe(v, new_best)
+        if new_best:
+            self._best, self._best_step, self._best_train, self._bad, self._fired = v, step, self._train, 0, None
+            return None
+        best = self._best
+        assert best is not None
+        self._bad += 1
+        if self._fired is not None:
+            if v - best <= _REARM_SHARE * self._fired:  # the rise it reported taken back: re-armed
+                self._fired = None
+            return None
+        if step <= self._cooldown_until or self._bad < self.patience or v - best < self._lr:
+            return None
+        tr, bt = self._train, self._best_train
+        if tr is None or bt is None or tr > bt - self._tf or (how := self._evidence(v, tr, bt)) is None:
+            return None
+        self._fired = v - best
+        self._cooldown_until = step + self.cooldown
+        msg = (f"val_loss {val:.4g} is {math.expm1(v - best) * 100:.2g}% above its best {math.exp(best):.4g} "
+               f"(step {self._best_step}) after {self._bad} evaluations, {how}, while the train loss "
+               f"fell {-math.expm1(tr - bt) * 100:.2g}% since the best: restore the step-{self._best_step} checkpoint")
+        return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",
+                          v - best, self._lr, msg)
+
+    def _step(self, loss: float, val: float, step: int) -> Event | None:
+        self._last_step = step
+        if loss - loss == 0.0 and loss > 0.0:
+            u = math.log(loss)
+            self._train = u if self._train is None else self._a * u + self._b * self._train
+        return self._val(val, step) if val == val else None
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        """Steps without a validation only move the smoothed train level: one vectorised EWMA."""
+        k = first_true(np.isfinite(arrays[1][i:j]))
+        if k:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                u = np.log(arrays[0][i:i + k])
+            fin = np.isfinite(u)
+            ug = u if fin.all() else u[fin]  # _step skips non-finite and non-positive losses
+            if len(ug):
+                if self._train is None:
+                    self._train, ug = float(ug[0]), ug[1:]
+                if len(ug):
+                    self._train = float(ewma(ug, self._a, self._b, self._train)[-1])
+            self._last_step = int(steps[i + k - 1])
+        return k
+
+
+class WobbleRule(ValGapRule):
+    """A rule that compares the rise with the validation loss's own wobble.
+
+    It keeps the latest ``wobble_window`` log validations; the wobble is the larger of the
+    largest rise ``log(val[j]) - min(log(val[i]), i < j)`` among them at the best, and the
+    largest fall the validation loss made from a peak since the best.
+    """
+
+    _state_keys = WOBBLE_KEYS
+    wobble_window: int
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._hist: list[float] = []  # the latest wobble_window log validation losses
+        self._wobble = 0.0  # the largest rise among them, taken at the best
+        self._peak = 0.0  # the highest log validation since the best
+        self._fall = 0.0  # the largest fall from a peak since the best
+
+    def _observe(self, v: float, new_best: bool) -> None:
+        if new_best:
+            self._wobble = largest_rise(self._hist)
+            self._peak, self._fall = v, 0.0
+        elif v > self._peak:
+            self._peak = v
+        elif self._peak - v > self._fall:
+            self._fall = self._peak - v
+        self._hist.append(v)
+        if len(self._hist) > self.wobble_window:
+            del self._hist[0]
+
+    def _beyond_wobble(self, recent: list[float]) -> float | None:
+        """The wobble, when each of the ``recent`` log validations lies beyond it; else ``None``."""
+        assert self._best is not None
+        wobble = max(self._wobble, self._fall)
+        return wobble if min(recent) - self._best > wobble else None
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(confidence: float, dof: int) -> float:
+    """Student's t quantile at ``confidence`` with ``dof`` degrees of freedom, cached."""
+    from scipy.stats import t as student_t  # SciPy on first use: `import trainsignals` stays light
+
+    return float(student_t.ppf(confidence, dof))
+
+
+def largest_rise(v: list[float]) -> float:
+    """``max(v[j] - min(v[:j]))`` over ``j`` (0 for a series that never rises)."""
+    best = 0.0
+    lo = math.inf
+    for x in v:
+        if x - lo > best:
+            best = x - lo
+        if x < lo:
+            lo = x
+    return best
+
+
+__all__ = ["MIN_DELTA", "RULE_KEYS", "TRAIN_ALPHA", "WOBBLE_KEYS", "ValGapRule", "WobbleRule", "largest_rise",
+           "t_quantile"]

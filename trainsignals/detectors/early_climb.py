@@ -1,0 +1,170 @@
+"""EarlyClimbDivergence: the loss rose at every one of its last few steps, geometrically."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range, check_signal
+from ._base import Detector, Input
+from ._ops import NEVER, first_true, shifted
+from ._trend import noise_levels
+
+
+class EarlyClimbDivergence(Detector):
+    """Flags geometric growth of the loss from its first steps: a run of rises that adds up.
+
+    On ``y = log(x)`` (scale-free), the rule fires when the last ``steps`` step-to-step changes
+    are all rises and their total is at least ``max(log(min_ratio), noise_mult * noise)``, and
+    either no single rise makes more than ``max_share`` of it, or the other rises alone already
+    make such a climb: a lone spike at the end of small noise rises is not a climb; a climb that
+    accelerates, each rise larger than the last as a run blows up, is. ``noise`` is the EWMA
+    (weight ``noise_alpha``) of the second difference ``|y[t] - 2y[t-1] + y[t-2]|``: the run's
+    irregularity, which a steady geometric climb does not inflate. It catches a blow-up within
+    ``steps + 1`` values, before the first NaN.
+
+    The event is a critical ``divergence``; ``onset_step`` is the first step of the rising run.
+    After an event the rule is quiet for ``cooldown`` steps (no other re-arm condition: a run
+    that keeps climbing after that is reported again). Non-positive and non-finite values are
+    skipped.
+
+    Args:
+        steps: consecutive rises that make a climb, >= 2.
+        min_ratio: smallest total rise over them, as a factor, > 1.
+        max_share: largest share of one rise in the climb, in (0, 1].
+        noise_alpha: EWMA weight of the noise scale, in (0, 1).
+        noise_mult: how many noise scales the climb must exceed, >= 0.
+        cooldown: steps without events after an event, >= 0.
+        signal: the signal it reads (and names in its events).
+
+    Example:
+        Gradient descent on (w - 3)**2 from w = 10 at lr 1.1:
+
+        >>> det = EarlyClimbDivergence()
+        >>> w, losses = 10.0, []
+        >>> for _ in range(10):
+        ...     w -= 1.1 * 2 * (w - 3)
+        ...     losses.append((w - 3) ** 2)
+        >>> [(e.step, e.onset_step) for e in det.scan(loss=losses)]
+        [(4, 0)]
+    """
+
+    _state_keys = ("buf", "sbuf", "noise", "nd", "cooldown_until", "last_step")
+
+    def __init__(self, steps: int = 4, min_ratio: float = 1.25, max_share: float = 0.6,
+                 noise_alpha: float = 0.05, noise_mult: float = 6.0, cooldown: int = 100,
+                 signal: str = "loss") -> None:
+        check_range("steps", steps, 2, None, integer=True)
+        check_range("min_ratio", min_ratio, 1, None, lo_open=True)
+        check_range("max_share", max_share, 0, 1, lo_open=True)
+        check_range("noise_alpha", noise_alpha, 0, 1, lo_open=True, hi_open=True)
+        check_range("noise_mult", noise_mult, 0, None)
+        check_range("cooldown", cooldown, 0, None, integer=True)
+        check_signal("signal", signal)
+        self.steps = steps
+        self.min_ratio = min_ratio
+        self.max_share = max_share
+        self.noise_alpha = noise_alpha
+        self.noise_mult = noise_mult
+        self.cooldown = cooldown
+        self.signal = signal
+        self.inputs = (Input(signal),)
+        self._a = float(noise_alpha)
+        self._b = 1.0 - self._a
+        self._rise = math.log(min_ratio)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buf: deque[float] = deque(maxlen=self.steps + 1)  # the last steps + 1 log values
+        self._sbuf: deque[int] = deque(maxlen=self.steps + 1)  # and their steps
+        self._noise = 0.0
+        self._nd = 0  # second differences seen
+        self._cooldown_until = NEVER
+        self._last_step = -1
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        self._buf = deque(self._buf, maxlen=self.steps + 1)
+        self._sbuf = deque(self._sbuf, maxlen=self.steps + 1)
+
+    def _shape_ok(self, win: Sequence[float], gate: float) -> bool:
+        """No single rise dominates the climb, or the others alone make one."""
+        tail = list(win)
+        total = tail[-1] - tail[0]
+        biggest = max(tail[k + 1] - tail[k] for k in range(self.steps))
+        rest = total - biggest
+        return biggest <= self.max_share * total or (rest >= self._rise and rest >= gate)
+
+    def _step(self, x: float, step: int) -> Event | None:
+        self._last_step = step
+        if x - x != 0.0 or x <= 0.0:
+            return None
+        y = math.log(x)
+        buf = self._buf
+        noise_prev = self._noise
+        if len(buf) >= 2:
+            b1 = buf[-1]
+            ad = abs((y - b1) - (b1 - buf[-2]))
+            self._noise = self._a * ad + self._b * noise_prev if self._nd else ad
+            self._nd += 1
+        buf.append(y)
+        self._sbuf.append(step)
+        if step <= self._cooldown_until or len(buf) <= self.steps:
+            return None
+        total = y - buf[0]
+        gate = self.noise_mult * noise_prev
+        if total >= self._rise and total >= gate:
+            if all(buf[k + 1] > buf[k] for k in range(self.steps)) and self._shape_ok(buf, gate):
+                return self._event(step, total)
+        return None
+
+    def _event(self, step: int, total: float) -> Event:
+        self._cooldown_until = step + self.cooldown
+        onset = self._sbuf[0]
+        msg = (f"{self.signal} rose {self.steps} times in a row, {math.exp(total):.3g}x since step {onset}: "
+               f"geometric growth")
+        return make_event(Kind.DIVERGENCE, "critical", step, onset, type(self).__name__, self.signal,
+                          total, max(self._rise, 0.0), msg)
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        m = self.steps
+        if len(self._buf) <= m or self._nd == 0:
+            return 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.log(arrays[0][i:j])
+        lim = first_true(~np.isfinite(y))
+        if lim == 0:
+            return 0
+        y = y[:lim]
+        h = m + 1
+        ext = np.concatenate((np.asarray(self._buf), y))
+        noise = noise_levels(ext, h, self._a, self._b, self._noise)
+        gate = self.noise_mult * shifted(noise, self._noise)
+        st = steps[i:i + lim]
+        rising = np.ones(lim, dtype=bool)
+        dext = np.diff(ext)  # dext[q] = ext[q + 1] - ext[q]; the new values sit at ext[h:]
+        for k in range(1, m + 1):
+            rising &= dext[h - k:h - k + lim] > 0
+        total = ext[h:] - ext[h - m:h - m + lim]
+        cand = (st > self._cooldown_until) & rising & (total >= self._rise) & (total >= gate)
+        k = lim
+        for c in np.flatnonzero(cand):
+            if self._shape_ok(ext[c + 1:c + h + 1].tolist(), float(gate[c])):
+                k = int(c)
+                break
+        if k:
+            self._buf = deque(ext[k:k + h].tolist(), maxlen=h)
+            prev = np.asarray(self._sbuf, dtype=np.int64)
+            self._sbuf = deque(np.concatenate((prev, st[:k]))[k:k + h].tolist(), maxlen=h)
+            self._noise = float(noise[k - 1])
+            self._nd += k
+            self._last_step = int(st[k - 1])
+        return k
+
+
+__all__ = ["EarlyClimbDivergence"]

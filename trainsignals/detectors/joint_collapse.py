@@ -1,0 +1,94 @@
+"""JointCollapse: loss and grad norm fell orders of magnitude together, too fast for learning."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range
+from ._coupling import LN10, CouplingLevels
+
+#: the default ``span`` as a share of ``lag``: two fifths (100 values for the default lag of
+#: 250), long enough for a collapse to one answer, which takes a few dozen steps
+_SPAN_SHARE = (2, 5)
+
+
+class JointCollapse(CouplingLevels):
+    """Flags loss and grad norm collapsing together within a few dozen steps: one safe answer.
+
+    A model that found one safe answer (every label the majority class, a constant target)
+    drives its loss and its gradients toward zero within a few dozen steps; a healthy run that
+    memorises its data gets there gradually, well under a decade per ``span`` steps. On the
+    smoothed levels (EWMA, weight ``alpha``) of ``u = log(loss)`` and ``g = log(grad_norm)``
+    the rule fires ``silent_collapse`` when over the last ``span`` values both levels fell at
+    least ``orders`` decades, and the loss is ``orders`` decades below its level ``lag`` values
+    earlier (or its first level) too, so a loss that comes back down after a blow-up does not
+    count. It needs only ``span`` values, so it also watches the first ``lag`` steps, where a
+    collapse to the majority class happens while the loss is still near chance.
+
+    The event is a warning; ``onset_step`` is the first step of the held ``lag`` values at which
+    the grad level fell a quarter of a decade below its highest level so far. After an event
+    the rule re-arms once the grad level holds still (see
+    :class:`~trainsignals.detectors._coupling.CouplingLevels`), and is quiet for ``cooldown``
+    steps in any case.
+
+    Args:
+        lag: values of history held (the loss's reference level), >= 2.
+        span: the short span, in values, of the joint collapse, in [2, lag]; ``None``: two
+            fifths of ``lag``.
+        alpha: weight of the smoothed levels, in (0, 1].
+        orders: decades both must fall, > 0.
+        cooldown: steps without events after an event, >= 0.
+
+    Example:
+        A loss near chance that drops 1000-fold in 40 steps from step 150, its grad norm
+        100-fold (every label switched to one class):
+
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> t = np.arange(400)
+        >>> drop = np.clip((t - 150) / 40, 0, 1)
+        >>> loss = 2.3 * 10.0 ** (-3 * drop) * np.exp(rng.normal(0, 0.05, 400))
+        >>> grad = 10.0 ** (-2 * drop) * np.exp(rng.normal(0, 0.1, 400))
+        >>> [(e.kind.value, e.step, e.onset_step) for e in JointCollapse().scan(loss=loss, grad_norm=grad)]
+        [('silent_collapse', 189, 161)]
+    """
+
+    def __init__(self, lag: int = 250, span: int | None = None, alpha: float = 0.1, orders: float = 1.5,
+                 cooldown: int = 0) -> None:
+        check_range("lag", lag, 2, None, integer=True)
+        if span is not None:
+            check_range("span", span, 2, lag, integer=True)
+        self.span = span
+        num, den = _SPAN_SHARE
+        self._setup(lag, alpha, orders, cooldown, max(2, num * lag // den) if span is None else span)
+
+    def _step(self, loss: float, grad: float, step: int) -> Event | None:
+        if not self._levels(loss, grad, step):
+            return None
+        j = -self._span - 1
+        ds = self._g - self._gs[j]
+        dus = self._u - self._us[j]
+        if ds <= -self._gap and dus <= -self._gap and self._u - self._us[0] <= -self._gap:
+            return self._event(step, ds, dus)
+        return None
+
+    def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray) -> np.ndarray:
+        n = len(gg)
+        o = self.lag + 1 - self._span
+        gap = self._gap
+        return (gg - gext[o:o + n] <= -gap) & (uu - uext[o:o + n] <= -gap) & (uu - uext[1:n + 1] <= -gap)
+
+    def _event(self, step: int, ds: float, dus: float) -> Event:
+        self._fired(step)
+        onset = self._onset(True)
+        msg = (f"loss and grad_norm collapsed together in {self._span} steps (since step {onset}): the loss fell "
+               f"{math.exp(-dus):.3g}x and the grad norm {math.exp(-ds):.3g}x, too fast for learning: "
+               "the model may have collapsed to one answer (labels of one class?)")
+        return make_event(Kind.SILENT_COLLAPSE, "warning", step, onset, type(self).__name__, "loss",
+                          min(-dus, -ds) / LN10, self.orders, msg)
+
+
+__all__ = ["JointCollapse"]
