@@ -65,13 +65,21 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         lr = np.full(n, 1e-3)
         lr[::7] = np.nan
         return {"update_ratio": r, "lr": lr}
+    if isinstance(det, (ts.PeakRatioSpike, ts.LevelShift)):  # a 30x spike, then a 20x step that stays
+        x = loss.copy()
+        x[150] *= 20.0
+        x[400:] *= 20.0
+        return {det.inputs[0].name: x}
     return {det.inputs[0].name: loss}
 
 
 SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
-    "EWMASpike": ts.EWMASpike,
-    "EWMASpike-linear-both": lambda: ts.EWMASpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
-    "EWMASpike-persist": lambda: ts.EWMASpike(persist_kind="divergence", hold=5),
+    "EWMAZSpike": ts.EWMAZSpike,
+    "EWMAZSpike-linear-both": lambda: ts.EWMAZSpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
+    "LevelShift": lambda: ts.LevelShift(hold=5),
+    "LevelShift-linear-both": lambda: ts.LevelShift(log=False, direction="both", threshold=4.0, min_ratio=1.2),
+    "PeakRatioSpike": ts.PeakRatioSpike,
+    "PeakRatioSpike-level": lambda: ts.PeakRatioSpike(signal="grad_norm", kind="grad_explosion", min_ratio=10.0),
     "SlopeDivergence": ts.SlopeDivergence,
     "CUSUMPlateau": lambda: ts.CUSUMPlateau(patience=40),
     "CUSUMPlateau-strided": lambda: ts.CUSUMPlateau(patience=150),

@@ -3,11 +3,13 @@
 from ._base import Detector, DetectorProtocol, Input
 from .activation_health import ActivationHealth
 from .cusum_plateau import CUSUMPlateau
-from .ewma_spike import EWMASpike, GuardedEWMASpike
+from .ewma_z_spike import EWMAZSpike
 from .layer_cliff import LayerGradCliff
 from .layer_ratio import LayerUpdateRatio
+from .level_shift import LevelShift
 from .loss_grad_coupling import LossGradCoupling
 from .oscillation import Oscillation
+from .peak_ratio_spike import PeakRatioSpike
 from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite, UpdateRatioBand
 from .slope_divergence import SlopeDivergence
@@ -18,15 +20,16 @@ __all__ = [
     "CUSUMPlateau",
     "Detector",
     "DetectorProtocol",
-    "EWMASpike",
-    "GuardedEWMASpike",
+    "EWMAZSpike",
     "Input",
     "LRAnomaly",
     "LayerGradCliff",
     "LayerUpdateRatio",
+    "LevelShift",
     "LossGradCoupling",
     "NonFinite",
     "Oscillation",
+    "PeakRatioSpike",
     "RankOutliers",
     "SlopeDivergence",
     "TrainValGap",

@@ -41,7 +41,7 @@ class LossGradCoupling(Detector):
 
     If the grad norm fell ``orders`` decades over ``lag`` values while the loss rose instead, it
     is ``vanishing_gradient``. A grad-norm *explosion* with a rising loss is left to
-    :class:`EWMASpike` on the grad norm. Both are warnings; ``onset_step`` is the first step of
+    :class:`EWMAZSpike` on the grad norm. Both are warnings; ``onset_step`` is the first step of
     the held ``lag`` values at which the grad level had left its starting value by a quarter
     of a decade (for a fall: fell a quarter of a decade below its highest level so far, so an
     early rise does not count). After an event the detector stays quiet until the movement
