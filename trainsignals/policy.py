@@ -43,7 +43,7 @@ import numpy as np
 
 from ._events import Event, check_kinds
 from ._validate import check_range
-from .detectors._ewma_jump import ALPHA
+from .detectors._ewma_jump import ALPHA, HOLD
 from .detectors._ops import ewma
 
 __all__ = ["EventPolicy"]
@@ -54,6 +54,9 @@ GUARD_TAIL = 5
 #: how many losses the policy remembers to find the loss's level before an event's onset: a level-shift
 #: verdict comes 10 values after its jump, or 10 more per "still coming back"; 256 leaves room for 24 of those
 GUARD_MEMORY = 256
+#: frequent spikes precede divergence: 3 within 200 steps is critical (the former EWMASpike's escalation defaults)
+ESCALATE_AFTER = 3
+ESCALATE_WINDOW = 200
 
 
 class EventPolicy:
@@ -66,7 +69,8 @@ class EventPolicy:
         escalate_kinds: the kinds whose warnings are merged and escalated.
         guard_kinds: the kinds the loss guard vets (a subset of ``escalate_kinds`` or not).
         merge_window: steps after a kept warning within which another detector's warning of the
-            same ``(kind, signal)`` is dropped, >= 0 (0: only the same step).
+            same ``(kind, signal)`` is dropped, >= 0 (0: only the same step); by default the
+            z-rule's 10-value watch, within which the former single detector raised no second event.
 
     Raises:
         ValueError: a bad setting (named).
@@ -88,9 +92,9 @@ class EventPolicy:
         ['warning', 'warning', 'warning']
     """
 
-    def __init__(self, escalate_after: int = 3, escalate_window: int = 200,
+    def __init__(self, escalate_after: int = ESCALATE_AFTER, escalate_window: int = ESCALATE_WINDOW,
                  escalate_kinds: Sequence[str] = ("loss_spike", "grad_explosion"),
-                 guard_kinds: Sequence[str] = ("grad_explosion",), merge_window: int = 10) -> None:
+                 guard_kinds: Sequence[str] = ("grad_explosion",), merge_window: int = HOLD) -> None:
         check_range("escalate_after", escalate_after, 0, None, integer=True)
         check_range("escalate_window", escalate_window, 1, None, integer=True)
         check_range("merge_window", merge_window, 0, None, integer=True)

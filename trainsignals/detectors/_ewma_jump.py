@@ -60,6 +60,13 @@ SETTLE_Z = 2.0
 #: below the first half's: the value is still coming back
 STILL_FALLING = 0.5
 
+#: the z-score of one value that counts as a jump, and the smallest jump factor (the former EWMASpike's defaults,
+#: kept: with them no healthy run of the real and synthetic suites raises a loss spike, bench --rules)
+THRESHOLD = 7.0
+MIN_RATIO = 1.5
+#: values watched after a jump before the verdict (the former default): a bad batch spans two or three steps,
+#: so the watch's second half (5 values) is clear of it
+HOLD = 10
 #: how many times the recent peak a value must reach: in the real and synthetic suites no healthy loss or
 #: gradient norm exceeds 4.4x the largest of its previous 50 values (3.7x of 100); 5 stays above both
 PEAK_RATIO = 5.0

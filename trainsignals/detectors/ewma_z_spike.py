@@ -11,7 +11,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input
-from ._ewma_jump import TRACK_KEYS, EWMAJump
+from ._ewma_jump import HOLD, MIN_RATIO, THRESHOLD, TRACK_KEYS, EWMAJump
 
 
 class EWMAZSpike(EWMAJump, Detector):
@@ -61,9 +61,9 @@ class EWMAZSpike(EWMAJump, Detector):
 
     _state_keys = (*TRACK_KEYS, "last_event")
 
-    def __init__(self, signal: str = "loss", kind: str = "loss_spike", threshold: float = 7.0,
-                 min_ratio: float = 1.5, direction: str = "up", log: bool = True, cooldown: int = 0,
-                 hold: int = 10) -> None:
+    def __init__(self, signal: str = "loss", kind: str = "loss_spike", threshold: float = THRESHOLD,
+                 min_ratio: float = MIN_RATIO, direction: str = "up", log: bool = True, cooldown: int = 0,
+                 hold: int = HOLD) -> None:
         check_signal("signal", signal)
         check_choice("kind", kind, tuple(k.value for k in Kind))
         check_range("threshold", threshold, 0, None, lo_open=True)

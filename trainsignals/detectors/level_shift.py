@@ -11,7 +11,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input
-from ._ewma_jump import PEAK_RATIO, TRACK_KEYS, EWMAJump
+from ._ewma_jump import HOLD, MIN_RATIO, PEAK_RATIO, THRESHOLD, TRACK_KEYS, EWMAJump
 
 
 class LevelShift(EWMAJump, Detector):
@@ -66,8 +66,8 @@ class LevelShift(EWMAJump, Detector):
 
     _state_keys = TRACK_KEYS
 
-    def __init__(self, signal: str = "loss", kind: str = "divergence", threshold: float = 7.0,
-                 min_ratio: float = 1.5, direction: str = "up", log: bool = True, hold: int = 10,
+    def __init__(self, signal: str = "loss", kind: str = "divergence", threshold: float = THRESHOLD,
+                 min_ratio: float = MIN_RATIO, direction: str = "up", log: bool = True, hold: int = HOLD,
                  peak_ratio: float | None = PEAK_RATIO) -> None:
         check_signal("signal", signal)
         check_choice("kind", kind, tuple(k.value for k in Kind))

@@ -12,7 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input
-from ._ewma_jump import ALPHA, PEAK_RATIO, PEAK_WINDOW, WARMUP, first_peak
+from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, WARMUP, first_peak
 from ._ops import ewma, first_true
 
 
@@ -26,10 +26,13 @@ class PeakRatioSpike(Detector):
     Healthy runs' small spikes stay well inside the default ratio (PEAK_RATIO says where
     it comes from). The event reports ``x / max`` against ``peak_ratio``; its
     ``onset_step`` is its own step. Nothing fires until 20 values were seen; non-finite and
-    non-positive values are skipped.
+    non-positive values are skipped. With ``min_ratio > 1`` the value must also be a jump of that
+    factor over the signal's level, an EWMA of ``log(x)`` (weight 0.1, as the z-rule's level):
+    a grad norm 5x its recent peak but less than 10x its level is not an explosion.
 
     **Re-arm.** The spike joins the window, so a level that stays up is its own new peak (one
-    event, not one per step); ``cooldown`` *steps* after an event raise no new one.
+    event, not one per step); ``cooldown`` *steps* after an event raise no new one (by default
+    as many as the z-rule's watch: one bad batch is one event).
 
     Per value the detector compares with the previous value first and takes the window's
     maximum only when that comparison passes.
@@ -39,6 +42,7 @@ class PeakRatioSpike(Detector):
         kind: the :class:`~trainsignals.Kind` value of its events.
         peak_ratio: how many times the recent peak a value must reach, > 1.
         window: how many previous values the peak is taken over, >= 1.
+        min_ratio: how many times its level the value must also be, >= 1 (1: no level test).
         cooldown: steps after an event during which no event is raised, >= 0.
 
     Example:
@@ -55,7 +59,7 @@ class PeakRatioSpike(Detector):
     _state_keys = ("n", "recent", "level", "last_event", "last_step")
 
     def __init__(self, signal: str = "loss", kind: str = "loss_spike", peak_ratio: float = PEAK_RATIO,
-                 window: int = PEAK_WINDOW, min_ratio: float = 1.0, cooldown: int = 10) -> None:
+                 window: int = PEAK_WINDOW, min_ratio: float = 1.0, cooldown: int = HOLD) -> None:
         check_signal("signal", signal)
         check_choice("kind", kind, tuple(k.value for k in Kind))
         check_range("peak_ratio", peak_ratio, 1, None, lo_open=True)
