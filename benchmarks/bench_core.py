@@ -71,10 +71,12 @@ def main(argv: list[str] | None = None) -> dict:
     ratio = [v * 3e-4 for v in gs]
     lrs = [1e-3] * len(xs)
     singles = {
-        "EWMASpike": (ts.EWMASpike, (xs,)),
         "EarlyClimbDivergence": (ts.EarlyClimbDivergence, (xs,)),
         "TrendDivergence": (ts.TrendDivergence, (xs,)),
         "LostProgress": (ts.LostProgress, (xs,)),
+        "EWMAZSpike": (ts.EWMAZSpike, (xs,)),
+        "PeakRatioSpike": (ts.PeakRatioSpike, (xs,)),
+        "LevelShift": (ts.LevelShift, (xs,)),
         "NonFinite": (ts.NonFinite, (xs,)),
         "LRAnomaly": (ts.LRAnomaly, (lrs,)),
         "GradCollapsePlateau (loss, grad_norm)": (ts.GradCollapsePlateau, (xs, gs)),
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     res["layers_1000_layervalues_us"] = tn * 1e6
 
     def loop(rows_):
-        dets = [ts.EWMASpike(direction="down", kind="vanishing_gradient", signal="grad_norm") for _ in names]
+        dets = [ts.EWMAZSpike(direction="down", kind="vanishing_gradient", signal="grad_norm") for _ in names]
         for r in rows_:
             for d, v in zip(dets, r.values()):
                 d.update(grad_norm=v)

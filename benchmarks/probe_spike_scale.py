@@ -2,7 +2,7 @@
 
 For each suite given, scores every loss value by how far its log stands above the median of
 the previous 100 log-losses, in units of their MAD (x 1.4826), counting only values at least
-1.5x that median (a jump ``EWMASpike`` could report). Prints the largest score on healthy runs,
+1.5x that median (a jump ``EWMAZSpike`` could report). Prints the largest score on healthy runs,
 and for each ``loss_spike`` run the Monitor misses: its score at the spike and its grad norm
 against the largest of the previous 100. This is the check behind the README's paragraph on
 the loss spikes missed on unseen seeds.

@@ -97,13 +97,15 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         loss = loss.copy()
         loss[500:] *= 1.3 ** np.minimum(np.arange(n - 500), 40)
         return {"loss": loss}
+    if isinstance(det, (ts.PeakRatioSpike, ts.LevelShift)):  # a 30x spike, then a 20x step that stays
+        x = loss.copy()
+        x[150] *= 20.0
+        x[400:] *= 20.0
+        return {det.inputs[0].name: x}
     return {det.inputs[0].name: loss}
 
 
 SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
-    "EWMASpike": ts.EWMASpike,
-    "EWMASpike-linear-both": lambda: ts.EWMASpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
-    "EWMASpike-persist": lambda: ts.EWMASpike(persist_kind="divergence", hold=5),
     "GradCollapsePlateau": lambda: ts.GradCollapsePlateau(patience=40),
     "GradCollapsePlateau-strided": lambda: ts.GradCollapsePlateau(patience=150),
     "GradCollapseSlowdown": lambda: ts.GradCollapseSlowdown(patience=40),
@@ -116,6 +118,12 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "EarlyClimbDivergence": ts.EarlyClimbDivergence,
     "TrendDivergence": ts.TrendDivergence,
     "LostProgress": ts.LostProgress,
+    "EWMAZSpike": ts.EWMAZSpike,
+    "EWMAZSpike-linear-both": lambda: ts.EWMAZSpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
+    "LevelShift": lambda: ts.LevelShift(hold=5),
+    "LevelShift-linear-both": lambda: ts.LevelShift(log=False, direction="both", threshold=4.0, min_ratio=1.2),
+    "PeakRatioSpike": ts.PeakRatioSpike,
+    "PeakRatioSpike-level": lambda: ts.PeakRatioSpike(signal="grad_norm", kind="grad_explosion", min_ratio=10.0),
     "Oscillation": ts.Oscillation,
     "GradLossDecoupling": ts.GradLossDecoupling,
     "JointCollapse": ts.JointCollapse,

@@ -17,7 +17,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 from trainsignals.adapters.torch import TorchWatcher  # noqa: E402
-from trainsignals.detectors import EWMASpike  # noqa: E402
+from trainsignals.detectors import LevelShift  # noqa: E402
 
 _DATA: dict[str, Any] = {}
 
@@ -86,7 +86,7 @@ def test_lr_bump_diverges_after_and_not_before() -> None:
     # the spike detector's verdict takes one or two watches of ``hold`` values after the jump
     assert 150 <= loud(events)[0].step <= 152
     crit = [e for e in events if e.severity == "critical" and e.kind.value in ("divergence", "nonfinite")]
-    assert crit and 150 <= crit[0].step <= 151 + 2 * EWMASpike().hold
+    assert crit and 150 <= crit[0].step <= 151 + 2 * LevelShift().hold
     assert any(e.kind.value == "lr_anomaly" and e.step == 150 for e in events)
 
 

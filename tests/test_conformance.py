@@ -44,7 +44,8 @@ ALL_CLASSES = _all_detector_classes()
 
 def test_every_detector_module_class_is_found():
     names = {c.__name__ for c in ALL_CLASSES}
-    assert {"EWMASpike", "BreakoutOverfitting", "LayerGradCliff", "ActivationHealth", "NonFinite"} <= names
+    assert {"EWMAZSpike", "PeakRatioSpike", "LevelShift", "BreakoutOverfitting", "LayerGradCliff", "ActivationHealth",
+            "NonFinite"} <= names
     assert len(names) >= 13
 
 
@@ -59,7 +60,7 @@ def test_check_detector_passes_on_streams_that_make_it_fire(name):
     check_detector(SCALAR_FACTORIES[name], scalar_streams(det))
 
 
-class Forgetful(ts.EWMASpike):
+class Forgetful(ts.EWMAZSpike):
     """A detector whose state dict loses its mean: resuming cannot be identical."""
 
     def _get_state(self):
@@ -156,7 +157,7 @@ def test_type_errors_name_the_signal(scalar_detector):
 
 
 def test_foreign_state_is_refused(scalar_detector):
-    other = ts.NonFinite() if not isinstance(scalar_detector, ts.NonFinite) else ts.EWMASpike()
+    other = ts.NonFinite() if not isinstance(scalar_detector, ts.NonFinite) else ts.EWMAZSpike()
     with pytest.raises(ValueError, match="not"):
         scalar_detector.load_state_dict(other.state_dict())
     snap = scalar_detector.state_dict()
@@ -171,10 +172,6 @@ def test_foreign_state_is_refused(scalar_detector):
 @pytest.mark.parametrize(
     ("factory", "param", "value"),
     [
-        (ts.EWMASpike, "alpha", 1.5),
-        (ts.EWMASpike, "threshold", -1),
-        (ts.EWMASpike, "direction", "sideways"),
-        (ts.EWMASpike, "warmup", 1),
         (ts.GradCollapsePlateau, "patience", 0),
         (ts.GradCollapsePlateau, "stuck_decades", 0),
         (ts.GradCollapseSlowdown, "slowdown", 1.0),
@@ -190,6 +187,17 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.EarlyClimbDivergence, "max_share", 0.0),
         (ts.LostProgress, "min_ratio", 3.0),
         (ts.LostProgress, "frac", 0.0),
+        (ts.EWMAZSpike, "min_ratio", 0.5),
+        (ts.EWMAZSpike, "threshold", -1),
+        (ts.EWMAZSpike, "direction", "sideways"),
+        (ts.EWMAZSpike, "hold", 0),
+        (ts.EWMAZSpike, "cooldown", -1),
+        (ts.LevelShift, "peak_ratio", 1.0),
+        (ts.LevelShift, "kind", "not_a_kind"),
+        (ts.PeakRatioSpike, "peak_ratio", 0.5),
+        (ts.PeakRatioSpike, "window", 0),
+        (ts.PeakRatioSpike, "min_ratio", 0.9),
+        (ts.PeakRatioSpike, "cooldown", 1.5),
         (ts.Oscillation, "frac", 0.0),
         (ts.Oscillation, "warmup", 3),
         (ts.GradLossDecoupling, "lag", 1),
@@ -222,8 +230,8 @@ def test_bad_configuration_names_the_parameter(factory, param, value):
 
 
 def test_error_message_states_constraint_and_value():
-    with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\), got 1.5"):
-        ts.EWMASpike(alpha=1.5)
+    with pytest.raises(ValueError, match=r"threshold must be in \(0, inf\], got -1"):
+        ts.EWMAZSpike(threshold=-1)
 
 
 @pytest.mark.parametrize("name", sorted(SCALAR_FACTORIES))

@@ -225,7 +225,7 @@ def test_state_dict_resume_mid_run_gives_the_uninterrupted_events():
 def test_load_state_dict_refuses_foreign_or_mismatched():
     mon = ts.Monitor()
     with pytest.raises(ValueError, match="Monitor"):
-        mon.load_state_dict({"detector": "EWMASpike"})
+        mon.load_state_dict({"detector": "EWMAZSpike"})
     snap = ts.Monitor(total_steps=1000).state_dict()
     with pytest.raises(ValueError, match="config"):
         mon.load_state_dict(snap)
@@ -334,7 +334,7 @@ def test_a_loss_that_jumps_and_stays_up_is_critical():
     crit = [e for e in events if e.severity == "critical"]
     assert crit and crit[0].kind is ts.Kind.DIVERGENCE and abs(crit[0].onset_step - 150) <= 5
     assert crit[0].step <= 165
-    stayed = [e for e in crit if e.detector == "EWMASpike"]
+    stayed = [e for e in crit if e.detector == "LevelShift"]
     assert stayed and stayed[0].onset_step == 150 and "did not come back" in stayed[0].message
 
 

@@ -70,7 +70,7 @@ def test_default_suite_is_plain_editable_data():
     assert {suite[n].patience for n in suite if n.startswith("stall_")} == {200}
     assert all(isinstance(d, ts.Detector) for d in suite.values())
     del suite["oscillation"]
-    suite["loss_spike"] = ts.EWMASpike(threshold=9.0, persist_kind="divergence")
+    suite["loss_spike"] = ts.EWMAZSpike(threshold=9.0)
     mon = ts.Monitor(suite=suite)
     assert "oscillation" not in mon.detectors and mon.detectors["loss_spike"].threshold == 9.0
     with pytest.raises(TypeError, match="suite"):

@@ -110,7 +110,7 @@ def scan_kwargs(sig: dict) -> dict:
 
 
 def event(step: int, kind: ts.Kind = ts.Kind.LOSS_SPIKE, value: float = 2.0, layer: str | None = None) -> ts.Event:
-    return make_event(kind, "warning", step, step - 1, "EWMASpike", "loss", value, 1.5, f"at {step}", layer=layer)
+    return make_event(kind, "warning", step, step - 1, "EWMAZSpike", "loss", value, 1.5, f"at {step}", layer=layer)
 
 
 # --------------------------------------------------------------------------- round trips

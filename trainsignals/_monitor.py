@@ -18,6 +18,7 @@ from ._recorder import Recorder
 from ._validate import check_choice, check_range, to_step
 from ._version import __version__
 from .detectors._base import Detector, _jsonable
+from .policy import EventPolicy
 from .signals import DENSE_SIGNALS, SIGNALS, Column, column, dense_values, layers, scalar
 from .signals import activations as _activations
 from .status import RANK, STATUSES, state_of
@@ -116,14 +117,13 @@ class Monitor:
         max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
         recorder: receives every update and its events (e.g. a ``TraceWriter``); see
             :class:`~trainsignals.Recorder`.
+        policy: what happens to the detectors' events across rules: one jump seen by two rules
+            is one event, frequent spikes escalate to critical, and a grad-norm jump while the
+            loss has not risen stays a warning (see :class:`~trainsignals.EventPolicy`; the
+            default ``EventPolicy()`` when None).
         **settings: per-detector configuration, by suite name, e.g.
             ``loss_spike={"threshold": 8}``; ``name=False`` disables a detector. Suite names:
-            ``nonfinite_loss``, ``nonfinite_grad_norm``, ``nonfinite_lr``,
-            ``nonfinite_update_ratio``, ``nonfinite_val_loss``, ``loss_spike``, ``divergence``,
-            ``stall_grad_collapse``, ``stall_slowdown``, ``stall_frozen_updates``,
-            ``stall_never_improved``, ``stall_abrupt``, ``oscillation``, ``grad_explosion``,
-            ``coupling``, ``lr_anomaly``, ``update_ratio_high``, ``update_ratio_low``,
-            ``overfitting``, ``layer_cliff``, ``layer_update_ratio``, ``activations``, ``pred_collapse``, ``val_metric_chance``.
+            :data:`trainsignals.suite.SUITE_NAMES`.
 
     Raises:
         TypeError: an unknown keyword.
@@ -167,6 +167,7 @@ class Monitor:
         max_events: int = 10_000,
         recorder: Recorder | None = None,
         val_metric_mode: str = "max",
+        policy: EventPolicy | None = None,
         **settings: Any,
     ) -> None:
         if total_steps is not None:
@@ -189,6 +190,9 @@ class Monitor:
         if recorder is not None and not isinstance(recorder, Recorder):
             raise ValueError(f"recorder must have record() and record_batch() methods, got {recorder!r}")
         self.recorder = recorder
+        if policy is not None and not isinstance(policy, EventPolicy):
+            raise ValueError(f"policy must be a trainsignals.EventPolicy, got {policy!r}")
+        self.policy = policy if policy is not None else EventPolicy()
         self.settings = copy.deepcopy(settings)
         if suite is None:
             try:
@@ -241,6 +245,7 @@ class Monitor:
         self._last_state_step: dict[str, int] = {}
         self._nonfinite_open = False
         self._layer_names: dict[str, tuple[str, ...]] = {}  # per-layer signals: the layers they carry
+        self.policy.reset()
 
     def reset(self) -> None:
         """Forget the run: every detector back to fresh, events cleared."""
@@ -402,6 +407,7 @@ class Monitor:
                     out.extend(ev)
                 else:
                     out.append(ev)
+        out = self.policy.apply(out, s, vals.get("loss", _NAN))
         if "loss" in vals:
             lv = vals["loss"]
             if lv - lv == 0.0:
@@ -500,9 +506,16 @@ class Monitor:
                 merged.append((ev.step, order, seq, ev))
         merged.sort(key=lambda t: t[:3])
         out = [m[3] for m in merged]
+        lc = cols.get("loss")
+        if lc is None:
+            out = self.policy.apply_scan(out, steps[:0], np.zeros(0))
+        elif lc.steps is not None:
+            out = self.policy.apply_scan(out, lc.steps, lc.values)
+        else:
+            out = self.policy.apply_scan(out, steps if lc.mask is None else steps[lc.mask],
+                                         lc.values if lc.mask is None else lc.values[lc.mask])
         # bookkeeping identical to the streaming path
         last = [self._step] + [int(st.max()) for st in every if len(st)]
-        lc = cols.get("loss")
         if lc is not None:
             lv = lc.values if lc.mask is None else lc.values[lc.mask]
             fin = np.isfinite(lv)
@@ -600,6 +613,7 @@ class Monitor:
                 "events": [e.to_dict() for e in self._events],
                 "n_events": self._n_events,
                 "layer_names": {k: list(v) for k, v in self._layer_names.items()},
+                "policy": self.policy.state_dict(),
             },
             "detectors": {name: det.state_dict() for name, det in self._suite.items()},
         }
@@ -608,7 +622,9 @@ class Monitor:
         """The Monitor's configuration (what a snapshot must match to be loaded)."""
         return {"total_steps": self.total_steps, "stop_on": self.stop_on, "warmup": self.warmup,
                 "recovery": self.recovery, "min_patience": self.min_patience, "max_events": self.max_events,
-                "val_metric_mode": self.val_metric_mode, "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()}}
+                "val_metric_mode": self.val_metric_mode,
+                "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()},
+                "policy": self.policy.config()}
 
     def load_state_dict(self, state: Mapping[str, Any], *, rewind: bool = False) -> None:
         """Resume from :meth:`state_dict`. Refuses a foreign or mismatched snapshot, naming keys.
@@ -635,12 +651,13 @@ class Monitor:
                              f"unexpected {sorted(set(dets) - set(names))}")
         mon = state["monitor"]
         mkeys = {"step", "n_loss", "should_stop", "last_state_step", "nonfinite_open", "events", "n_events",
-                 "layer_names"}
+                 "layer_names", "policy"}
         if set(mon) != mkeys:
             raise ValueError(f"state dict 'monitor' keys differ: missing {sorted(mkeys - set(mon))}, "
                              f"unexpected {sorted(set(mon) - mkeys)}")
         for name, det in self._suite.items():
             det.load_state_dict(dets[name])
+        self.policy.load_state_dict(mon["policy"])
         self._n_loss = int(mon["n_loss"])
         self._should_stop = bool(mon["should_stop"])
         self._last_state_step = {k: int(v) for k, v in mon["last_state_step"].items()}

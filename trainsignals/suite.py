@@ -27,15 +27,15 @@ from .detectors import (
     BreakoutOverfitting,
     Detector,
     EarlyClimbDivergence,
-    EWMASpike,
+    EWMAZSpike,
     FrozenUpdatePlateau,
     GradCollapsePlateau,
     GradCollapseSlowdown,
     GradLossDecoupling,
-    GuardedEWMASpike,
     JointCollapse,
     LayerGradCliff,
     LayerUpdateRatio,
+    LevelShift,
     LevelStepOverfitting,
     LostProgress,
     LRAnomaly,
@@ -43,6 +43,7 @@ from .detectors import (
     NeverImprovedPlateau,
     NonFinite,
     Oscillation,
+    PeakRatioSpike,
     TopShareCollapse,
     TrendDivergence,
     UpdateRatioAboveBand,
@@ -58,6 +59,11 @@ def _stall_patience(total_steps: int | None, min_patience: int) -> dict[str, Any
     return {} if total_steps is None else {"patience": max(min_patience, int(round(0.1 * total_steps)))}
 
 
+#: the grad-norm spike and level-shift rules: a z-score from 6 and a jump of >= 10x the level (the former
+#: GuardedEWMASpike row's settings; 10x is also what the real grad-explosion runs' check asks of the jump,
+#: trainsignals.curves.real_runs._check_grad_explosion)
+_GRAD_JUMP: dict[str, Any] = {"signal": "grad_norm", "kind": "grad_explosion", "threshold": 6.0, "min_ratio": 10.0}
+
 # name -> (detector class, its settings in the default suite, settings derived from the run's plan)
 _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, int], dict[str, Any]] | None], ...] = (
     ("nonfinite_loss", NonFinite, {"signal": "loss"}, None),
@@ -65,7 +71,9 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("nonfinite_lr", NonFinite, {"signal": "lr"}, None),
     ("nonfinite_update_ratio", NonFinite, {"signal": "update_ratio"}, None),
     ("nonfinite_val_loss", NonFinite, {"signal": "val_loss"}, None),
-    ("loss_spike", EWMASpike, {"persist_kind": "divergence"}, None),
+    ("loss_spike", EWMAZSpike, {}, None),
+    ("loss_peak", PeakRatioSpike, {}, None),
+    ("loss_shift", LevelShift, {}, None),
     ("early_climb", EarlyClimbDivergence, {}, None),
     ("trend_divergence", TrendDivergence, {}, None),
     ("lost_progress", LostProgress, {}, None),
@@ -75,8 +83,9 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("stall_never_improved", NeverImprovedPlateau, {}, _stall_patience),
     ("stall_abrupt", AbruptPlateau, {}, _stall_patience),
     ("oscillation", Oscillation, {}, None),
-    ("grad_explosion", GuardedEWMASpike, {"kind": "grad_explosion", "signal": "grad_norm", "min_ratio": 10.0,
-                                          "threshold": 6.0, "persist_kind": "grad_explosion"}, None),
+    ("grad_explosion", EWMAZSpike, _GRAD_JUMP, None),
+    ("grad_peak", PeakRatioSpike, {"signal": "grad_norm", "kind": "grad_explosion", "min_ratio": 10.0}, None),
+    ("grad_shift", LevelShift, _GRAD_JUMP, None),
     ("grad_decoupling", GradLossDecoupling, {}, None),
     ("joint_collapse", JointCollapse, {}, None),
     ("lr_anomaly", LRAnomaly, {}, None),

@@ -6,7 +6,7 @@ from .activation_health import ActivationHealth
 from .breakout_overfitting import BreakoutOverfitting
 from .climb_overfitting import MemorisationClimbOverfitting
 from .early_climb import EarlyClimbDivergence
-from .ewma_spike import EWMASpike, GuardedEWMASpike
+from .ewma_z_spike import EWMAZSpike
 from .frozen_update_plateau import FrozenUpdatePlateau
 from .grad_collapse_plateau import GradCollapsePlateau
 from .grad_collapse_slowdown import GradCollapseSlowdown
@@ -14,10 +14,12 @@ from .grad_decoupling import GradLossDecoupling
 from .joint_collapse import JointCollapse
 from .layer_cliff import LayerGradCliff
 from .layer_ratio import LayerUpdateRatio
+from .level_shift import LevelShift
 from .level_step_overfitting import LevelStepOverfitting
 from .lost_progress import LostProgress
 from .never_improved_plateau import NeverImprovedPlateau
 from .oscillation import Oscillation
+from .peak_ratio_spike import PeakRatioSpike
 from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite
 from .top_share_collapse import TopShareCollapse
@@ -33,19 +35,20 @@ __all__ = [
     "Detector",
     "DetectorProtocol",
     "EarlyClimbDivergence",
-    "EWMASpike",
     "FrozenUpdatePlateau",
     "GradCollapsePlateau",
     "GradCollapseSlowdown",
-    "GuardedEWMASpike",
+    "EWMAZSpike",
     "Input",
     "Knob",
     "LRAnomaly",
     "LayerGradCliff",
     "LayerUpdateRatio",
     "NeverImprovedPlateau",
+    "LevelShift",
     "NonFinite",
     "Oscillation",
+    "PeakRatioSpike",
     "RankOutliers",
     "TopShareCollapse",
     "UpdateRatioAboveBand",

@@ -23,7 +23,7 @@ class GradLossDecoupling(CouplingLevels):
     classifier fitting its data drives loss and gradient down together, which is coupled. If
     the grad norm fell ``orders`` decades while the loss rose instead, it fires
     ``vanishing_gradient``. A grad-norm explosion with a rising loss is left to
-    :class:`~trainsignals.EWMASpike` on the grad norm. No event before ``lag`` values.
+    :class:`~trainsignals.EWMAZSpike` on the grad norm. No event before ``lag`` values.
 
     Both are warnings; ``onset_step`` is the first step of the held ``lag`` values at which the
     grad level had left its starting value by a quarter of a decade (for a fall: fell a quarter

@@ -1,0 +1,240 @@
+"""The Monitor's event policy: what happens to detectors' events across rules (documented once).
+
+Three cross-cutting behaviours sit here, not in the detectors, so each detector implements one
+rule and the policy is the same for every rule that reports a kind:
+
+1. **Merge.** Two rules may see one jump (the peak-ratio rule at the spike, the z-score rule at
+   the same step or a step or two later, when its CUSUM has the evidence): a *warning* of an
+   escalated kind that comes within ``merge_window`` steps after a kept warning of the same
+   ``(kind, signal)`` from *another* detector is dropped, so the user sees one event per jump.
+   The first report stands. A detector's own repeated events are never merged (its re-arm rule
+   decides those), nor are critical events.
+2. **Escalation.** Frequent spikes precede divergence: a warning of a kind in
+   ``escalate_kinds`` becomes ``critical`` when it is the ``escalate_after``-th such event of
+   its ``(kind, signal)`` within ``escalate_window`` steps (merged events do not count).
+3. **The loss guard.** A gradient-norm jump while the loss falls is not a run being lost (loss
+   down with the grad norm up is the decoupling of a silent collapse, which the coupling check
+   reports; a loss that does climb is caught on the loss itself). For kinds in ``guard_kinds``:
+
+   * an escalation stays a warning when the loss's EWMA level (weight 0.1 on ``log(loss)``,
+     before the event's step) is not above its level at the first of the counted events;
+   * a critical event (the level-shift rule's "jumped and did not come back") becomes a warning
+     when the median of ``log(loss)`` over the last ``GUARD_TAIL`` losses up to its step is not
+     above the loss's EWMA level just before its ``onset_step``.
+
+   A loss that is missing, non-finite or non-positive at a step is not used; with no loss
+   before the step in question (or none in the last ``GUARD_MEMORY`` losses) the guard does not
+   apply.
+
+Per step the policy folds the loss into its EWMA (a log and two multiplications); the rest runs
+only when a detector raised an event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._events import Event, check_kinds
+from ._validate import check_range
+from .detectors._ewma_jump import ALPHA, HOLD
+from .detectors._ops import ewma
+
+__all__ = ["EventPolicy"]
+
+#: how many of the latest losses the guard of a critical event takes the median of: the second half of the
+#: level-shift rule's 10-value watch (the values its verdict rests on)
+GUARD_TAIL = 5
+#: how many losses the policy remembers to find the loss's level before an event's onset: a level-shift
+#: verdict comes 10 values after its jump, or 10 more per "still coming back"; 256 leaves room for 24 of those
+GUARD_MEMORY = 256
+#: frequent spikes precede divergence: 3 within 200 steps is critical (the former EWMASpike's escalation defaults)
+ESCALATE_AFTER = 3
+ESCALATE_WINDOW = 200
+
+
+class EventPolicy:
+    """Merge, escalation and the loss guard of the Monitor's events (see the module docstring).
+
+    Args:
+        escalate_after: events of a ``(kind, signal)`` within ``escalate_window`` steps that make
+            the latest critical, >= 0 (0: never).
+        escalate_window: the window, in steps, for escalation, >= 1.
+        escalate_kinds: the kinds whose warnings are merged and escalated.
+        guard_kinds: the kinds the loss guard vets (a subset of ``escalate_kinds`` or not).
+        merge_window: steps after a kept warning within which another detector's warning of the
+            same ``(kind, signal)`` is dropped, >= 0 (0: only the same step); by default the
+            z-rule's 10-value watch, within which the former single detector raised no second event.
+
+    Raises:
+        ValueError: a bad setting (named).
+
+    Example:
+        Three grad-norm spikes within 200 steps, while the loss climbs, then while it falls:
+
+        >>> from trainsignals import Kind, make_event
+        >>> def spikes(policy, loss):
+        ...     out = []
+        ...     for step in range(300):
+        ...         evs = [make_event(Kind.GRAD_EXPLOSION, "warning", step, step, "EWMAZSpike", "grad_norm",
+        ...                           9.0, 6.0, "jump")] if step in (100, 150, 200) else []
+        ...         out += policy.apply(evs, step, loss(step))
+        ...     return [e.severity for e in out]
+        >>> spikes(EventPolicy(), lambda t: 1.0 + t / 100)
+        ['warning', 'warning', 'critical']
+        >>> spikes(EventPolicy(), lambda t: 1.0 - t / 1000)
+        ['warning', 'warning', 'warning']
+    """
+
+    def __init__(self, escalate_after: int = ESCALATE_AFTER, escalate_window: int = ESCALATE_WINDOW,
+                 escalate_kinds: Sequence[str] = ("loss_spike", "grad_explosion"),
+                 guard_kinds: Sequence[str] = ("grad_explosion",), merge_window: int = HOLD) -> None:
+        check_range("escalate_after", escalate_after, 0, None, integer=True)
+        check_range("escalate_window", escalate_window, 1, None, integer=True)
+        check_range("merge_window", merge_window, 0, None, integer=True)
+        if isinstance(escalate_kinds, str):
+            raise ValueError(f"escalate_kinds must be a sequence of kinds, got {escalate_kinds!r}")
+        if isinstance(guard_kinds, str):
+            raise ValueError(f"guard_kinds must be a sequence of kinds, got {guard_kinds!r}")
+        self.escalate_after = escalate_after
+        self.escalate_window = escalate_window
+        self.escalate_kinds = check_kinds("escalate_kinds", escalate_kinds)
+        self.guard_kinds = check_kinds("guard_kinds", guard_kinds)
+        self.merge_window = merge_window
+        self._kinds = frozenset(self.escalate_kinds) | frozenset(self.guard_kinds)
+        self.reset()
+
+    def config(self) -> dict[str, Any]:
+        """The settings (a Monitor snapshot must match them to be loaded)."""
+        return {"escalate_after": self.escalate_after, "escalate_window": self.escalate_window,
+                "escalate_kinds": list(self.escalate_kinds), "guard_kinds": list(self.guard_kinds),
+                "merge_window": self.merge_window}
+
+    def __repr__(self) -> str:
+        return "EventPolicy(" + ", ".join(f"{k}={v!r}" for k, v in self.config().items()) + ")"
+
+    def reset(self) -> None:
+        """Forget every event and loss seen."""
+        self._alarms: dict[str, list[list[Any]]] = {}  # "kind/signal" -> [[step, loss level or None], ...]
+        self._kept: dict[str, list[Any]] = {}  # "kind/signal" -> [step, detector] of the last kept warning
+        self._hist: deque[tuple[int, float, float]] = deque(maxlen=GUARD_MEMORY)  # (step, log loss, level after)
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state."""
+        return {"alarms": {k: [list(a) for a in v] for k, v in self._alarms.items()},
+                "kept": {k: list(v) for k, v in self._kept.items()},
+                "hist": [list(h) for h in self._hist]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s snapshot.
+
+        Raises:
+            ValueError: the keys differ (named).
+        """
+        want = {"alarms", "kept", "hist"}
+        if not isinstance(state, dict) or set(state) != want:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"policy state keys differ: expected {sorted(want)}, got {got}")
+        self._alarms = {str(k): [[int(a[0]), None if a[1] is None else float(a[1])] for a in v]
+                        for k, v in state["alarms"].items()}
+        self._kept = {str(k): [int(v[0]), str(v[1])] for k, v in state["kept"].items()}
+        self._hist = deque(((int(s), float(g), float(m)) for s, g, m in state["hist"]), maxlen=GUARD_MEMORY)
+
+    # -- the streaming path: one step ------------------------------------------------------
+    def apply(self, events: list[Event], step: int, loss: float = math.nan) -> list[Event]:
+        """Fold this step's ``loss`` in, then pass this step's detector events through the policy."""
+        if self.guard_kinds and loss > 0.0 and loss - loss == 0.0:
+            gl = math.log(loss)
+            h = self._hist
+            h.append((step, gl, ALPHA * gl + (1.0 - ALPHA) * h[-1][2] if h else gl))
+        if not events:
+            return events
+        return self._judge(events, np.array(self._hist, dtype=np.float64).reshape(-1, 3))
+
+    # -- the batch path --------------------------------------------------------------------
+    def apply_scan(self, events: list[Event], loss_steps: np.ndarray, loss: np.ndarray) -> list[Event]:
+        """The batch twin of :meth:`apply`: events sorted by step, and every loss of the scan with its step."""
+        old = np.array(self._hist, dtype=np.float64).reshape(-1, 3)
+        st = gl = lev = np.zeros(0)
+        if self.guard_kinds and len(loss):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ok = (loss > 0.0) & np.isfinite(loss)
+                gl = np.log(loss[ok])
+            st = loss_steps[ok].astype(np.float64)
+            if len(gl):
+                m0 = float(old[-1, 2]) if len(old) else float(gl[0])
+                lev = ewma(gl, ALPHA, 1.0 - ALPHA, m0)
+                if not len(old):  # the first loss is the level
+                    lev[0] = gl[0]
+                    lev[1:] = ewma(gl[1:], ALPHA, 1.0 - ALPHA, float(gl[0]))
+        out = events
+        if any(e.kind.value in self._kinds for e in events):
+            new = np.column_stack((st, gl, lev))
+            out = self._judge(events, np.concatenate((old, new)) if len(new) else old)
+        tail = slice(max(0, len(gl) - GUARD_MEMORY), len(gl))
+        self._hist.extend(zip(st[tail].astype(np.int64).tolist(), gl[tail].tolist(), lev[tail].tolist()))
+        return out
+
+    # -- the rules -------------------------------------------------------------------------
+    def _judge(self, events: list[Event], hist: np.ndarray) -> list[Event]:
+        """``hist``: rows (step, log loss, level after), every loss up to the events' steps."""
+        out = []
+        for ev in events:
+            kind = ev.kind.value
+            if kind not in self._kinds:
+                out.append(ev)
+                continue
+            got = self._one(ev, kind, hist)
+            if got is not None:
+                out.append(got)
+        return out
+
+    @staticmethod
+    def _level_before(step: int, hist: np.ndarray, lo: int, end: int) -> float | None:
+        """The loss's EWMA level before ``step`` (None: no loss before it in memory)."""
+        i = lo + int(np.searchsorted(hist[lo:end, 0], step, side="left"))
+        return float(hist[i - 1, 2]) if i > lo else None
+
+    def _one(self, ev: Event, kind: str, hist: np.ndarray) -> Event | None:
+        # the losses the streaming path would remember at this event: the last GUARD_MEMORY up to its step
+        end = int(np.searchsorted(hist[:, 0], ev.step, side="right"))
+        lo = max(0, end - GUARD_MEMORY)
+        key = f"{kind}/{ev.signal}"
+        guarded = kind in self.guard_kinds
+        if ev.severity == "critical":
+            if not guarded or ev.onset_step >= ev.step:
+                return ev
+            ref = self._level_before(ev.onset_step, hist, lo, end)
+            tail = hist[max(lo, end - GUARD_TAIL):end, 1].tolist()
+            if ref is None or not tail:
+                return ev
+            before, now = math.exp(ref), math.exp(statistics.median(tail))
+            if now > before:
+                return ev
+            return dataclasses.replace(ev, severity="warning", message=(
+                f"{ev.message}, while the loss did not rise ({before:.4g} -> {now:.4g}): not a divergence "
+                f"(a falling loss with a jumped gradient norm points to a silent collapse)"))
+        if ev.severity != "warning" or kind not in self.escalate_kinds:
+            return ev
+        kept = self._kept.get(key)
+        if kept is not None and kept[1] != ev.detector and ev.step - kept[0] <= self.merge_window:
+            return None  # the same jump, seen by another rule: the first report stands
+        self._kept[key] = [ev.step, ev.detector]
+        level = self._level_before(ev.step, hist, lo, end) if guarded else None
+        alarms = [a for a in self._alarms.get(key, []) if a[0] > ev.step - self.escalate_window]
+        alarms.append([ev.step, level])
+        self._alarms[key] = alarms
+        if not self.escalate_after or len(alarms) < self.escalate_after:
+            return ev
+        extra = f"; {len(alarms)} such events within {self.escalate_window} steps"
+        first = alarms[0][1]
+        if guarded and first is not None and level is not None and level <= first:
+            return dataclasses.replace(ev, message=(
+                f"{ev.message}{extra}, but the loss did not rise ({math.exp(first):.4g} -> {math.exp(level):.4g})"))
+        return dataclasses.replace(ev, severity="critical", message=ev.message + extra)
