@@ -3,12 +3,15 @@
 Three cross-cutting behaviours sit here, not in the detectors, so each detector implements one
 rule and the policy is the same for every rule that reports a kind:
 
-1. **Merge.** Two rules may see one jump (the peak-ratio rule at the spike, the z-score rule at
-   the same step or a step or two later, when its CUSUM has the evidence): a *warning* of an
-   escalated kind that comes within ``merge_window`` steps after a kept warning of the same
-   ``(kind, signal)`` from *another* detector is dropped, so the user sees one event per jump.
-   The first report stands. A detector's own repeated events are never merged (its re-arm rule
-   decides those), nor are critical events.
+1. **Merge.** Two rules may see one failure (the peak-ratio rule at a spike and the z-score rule
+   a step later; the early-climb and the trend rule on one divergence): an event that comes
+   after a kept event of the same ``(kind, signal)`` from *another* detector, at no higher
+   severity (as the rule reported it), is dropped when it is within ``merge_window`` steps of it for the kinds in
+   ``escalate_kinds`` (spikes: each bad batch is its own incident) and within
+   ``incident_window`` steps for every other kind (lasting failures: a divergence, a stall, an
+   overfit is one incident while it lasts). The first report stands, so the user sees one event
+   per incident; a more severe report of it still comes through. A detector's own repeated
+   events are never merged (its re-arm rule decides those).
 2. **Escalation.** Frequent spikes precede divergence: a warning of a kind in
    ``escalate_kinds`` becomes ``critical`` when it is the ``escalate_after``-th such event of
    its ``(kind, signal)`` within ``escalate_window`` steps (merged events do not count).
@@ -57,6 +60,10 @@ GUARD_MEMORY = 256
 #: frequent spikes precede divergence: 3 within 200 steps is critical (the former EWMASpike's escalation defaults)
 ESCALATE_AFTER = 3
 ESCALATE_WINDOW = 200
+#: steps within which another rule's report of a lasting failure is the same incident: the cooldown the
+#: former multi-rule detectors (SlopeDivergence, TrainValGap) shared between their rules
+INCIDENT_WINDOW = 100
+_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 class EventPolicy:
@@ -68,9 +75,11 @@ class EventPolicy:
         escalate_window: the window, in steps, for escalation, >= 1.
         escalate_kinds: the kinds whose warnings are merged and escalated.
         guard_kinds: the kinds the loss guard vets (a subset of ``escalate_kinds`` or not).
-        merge_window: steps after a kept warning within which another detector's warning of the
-            same ``(kind, signal)`` is dropped, >= 0 (0: only the same step); by default the
-            z-rule's 10-value watch, within which the former single detector raised no second event.
+        merge_window: steps after a kept event of a kind in ``escalate_kinds`` within which
+            another detector's event of the same ``(kind, signal)``, no more severe, is dropped,
+            >= 0 (0: only the same step); by default the z-rule's 10-value watch, within which
+            the former single spike detector raised no second event.
+        incident_window: the same, for every other kind, >= 0.
 
     Raises:
         ValueError: a bad setting (named).
@@ -94,10 +103,12 @@ class EventPolicy:
 
     def __init__(self, escalate_after: int = ESCALATE_AFTER, escalate_window: int = ESCALATE_WINDOW,
                  escalate_kinds: Sequence[str] = ("loss_spike", "grad_explosion"),
-                 guard_kinds: Sequence[str] = ("grad_explosion",), merge_window: int = HOLD) -> None:
+                 guard_kinds: Sequence[str] = ("grad_explosion",), merge_window: int = HOLD,
+                 incident_window: int = INCIDENT_WINDOW) -> None:
         check_range("escalate_after", escalate_after, 0, None, integer=True)
         check_range("escalate_window", escalate_window, 1, None, integer=True)
         check_range("merge_window", merge_window, 0, None, integer=True)
+        check_range("incident_window", incident_window, 0, None, integer=True)
         if isinstance(escalate_kinds, str):
             raise ValueError(f"escalate_kinds must be a sequence of kinds, got {escalate_kinds!r}")
         if isinstance(guard_kinds, str):
@@ -107,14 +118,15 @@ class EventPolicy:
         self.escalate_kinds = check_kinds("escalate_kinds", escalate_kinds)
         self.guard_kinds = check_kinds("guard_kinds", guard_kinds)
         self.merge_window = merge_window
-        self._kinds = frozenset(self.escalate_kinds) | frozenset(self.guard_kinds)
+        self.incident_window = incident_window
+        self._spikes = frozenset(self.escalate_kinds)
         self.reset()
 
     def config(self) -> dict[str, Any]:
         """The settings (a Monitor snapshot must match them to be loaded)."""
         return {"escalate_after": self.escalate_after, "escalate_window": self.escalate_window,
                 "escalate_kinds": list(self.escalate_kinds), "guard_kinds": list(self.guard_kinds),
-                "merge_window": self.merge_window}
+                "merge_window": self.merge_window, "incident_window": self.incident_window}
 
     def __repr__(self) -> str:
         return "EventPolicy(" + ", ".join(f"{k}={v!r}" for k, v in self.config().items()) + ")"
@@ -122,7 +134,7 @@ class EventPolicy:
     def reset(self) -> None:
         """Forget every event and loss seen."""
         self._alarms: dict[str, list[list[Any]]] = {}  # "kind/signal" -> [[step, loss level or None], ...]
-        self._kept: dict[str, list[Any]] = {}  # "kind/signal" -> [step, detector] of the last kept warning
+        self._kept: dict[str, list[Any]] = {}  # "kind/signal" -> [step, detector, severity rank] of the last kept event
         self._hist: deque[tuple[int, float, float]] = deque(maxlen=GUARD_MEMORY)  # (step, log loss, level after)
 
     def state_dict(self) -> dict[str, Any]:
@@ -143,7 +155,7 @@ class EventPolicy:
             raise ValueError(f"policy state keys differ: expected {sorted(want)}, got {got}")
         self._alarms = {str(k): [[int(a[0]), None if a[1] is None else float(a[1])] for a in v]
                         for k, v in state["alarms"].items()}
-        self._kept = {str(k): [int(v[0]), str(v[1])] for k, v in state["kept"].items()}
+        self._kept = {str(k): [int(v[0]), str(v[1]), int(v[2])] for k, v in state["kept"].items()}
         self._hist = deque(((int(s), float(g), float(m)) for s, g, m in state["hist"]), maxlen=GUARD_MEMORY)
 
     # -- the streaming path: one step ------------------------------------------------------
@@ -174,7 +186,7 @@ class EventPolicy:
                     lev[0] = gl[0]
                     lev[1:] = ewma(gl[1:], ALPHA, 1.0 - ALPHA, float(gl[0]))
         out = events
-        if any(e.kind.value in self._kinds for e in events):
+        if events:
             new = np.column_stack((st, gl, lev))
             out = self._judge(events, np.concatenate((old, new)) if len(new) else old)
         tail = slice(max(0, len(gl) - GUARD_MEMORY), len(gl))
@@ -186,11 +198,7 @@ class EventPolicy:
         """``hist``: rows (step, log loss, level after), every loss up to the events' steps."""
         out = []
         for ev in events:
-            kind = ev.kind.value
-            if kind not in self._kinds:
-                out.append(ev)
-                continue
-            got = self._one(ev, kind, hist)
+            got = self._one(ev, ev.kind.value, hist)
             if got is not None:
                 out.append(got)
         return out
@@ -207,25 +215,16 @@ class EventPolicy:
         lo = max(0, end - GUARD_MEMORY)
         key = f"{kind}/{ev.signal}"
         guarded = kind in self.guard_kinds
-        if ev.severity == "critical":
-            if not guarded or ev.onset_step >= ev.step:
-                return ev
-            ref = self._level_before(ev.onset_step, hist, lo, end)
-            tail = hist[max(lo, end - GUARD_TAIL):end, 1].tolist()
-            if ref is None or not tail:
-                return ev
-            before, now = math.exp(ref), math.exp(statistics.median(tail))
-            if now > before:
-                return ev
-            return dataclasses.replace(ev, severity="warning", message=(
-                f"{ev.message}, while the loss did not rise ({before:.4g} -> {now:.4g}): not a divergence "
-                f"(a falling loss with a jumped gradient norm points to a silent collapse)"))
-        if ev.severity != "warning" or kind not in self.escalate_kinds:
-            return ev
+        rank = _RANK.get(ev.severity, 1)  # as the rule reported it (before the guard)
         kept = self._kept.get(key)
-        if kept is not None and kept[1] != ev.detector and ev.step - kept[0] <= self.merge_window:
-            return None  # the same jump, seen by another rule: the first report stands
-        self._kept[key] = [ev.step, ev.detector]
+        window = self.merge_window if kind in self._spikes else self.incident_window
+        if kept is not None and kept[1] != ev.detector and ev.step - kept[0] <= window and rank <= kept[2]:
+            return None  # the same incident, seen by another rule: the first report stands
+        self._kept[key] = [ev.step, ev.detector, rank]
+        if ev.severity == "critical":
+            return self._guard_critical(ev, hist, lo, end) if guarded and ev.onset_step < ev.step else ev
+        if ev.severity != "warning" or kind not in self._spikes:
+            return ev
         level = self._level_before(ev.step, hist, lo, end) if guarded else None
         alarms = [a for a in self._alarms.get(key, []) if a[0] > ev.step - self.escalate_window]
         alarms.append([ev.step, level])
@@ -238,3 +237,16 @@ class EventPolicy:
             return dataclasses.replace(ev, message=(
                 f"{ev.message}{extra}, but the loss did not rise ({math.exp(first):.4g} -> {math.exp(level):.4g})"))
         return dataclasses.replace(ev, severity="critical", message=ev.message + extra)
+
+    def _guard_critical(self, ev: Event, hist: np.ndarray, lo: int, end: int) -> Event:
+        """A critical jump that stayed, while the loss did not rise: a warning."""
+        ref = self._level_before(ev.onset_step, hist, lo, end)
+        tail = hist[max(lo, end - GUARD_TAIL):end, 1].tolist()
+        if ref is None or not tail:
+            return ev
+        before, now = math.exp(ref), math.exp(statistics.median(tail))
+        if now > before:
+            return ev
+        return dataclasses.replace(ev, severity="warning", message=(
+            f"{ev.message}, while the loss did not rise ({before:.4g} -> {now:.4g}): not a divergence "
+            f"(a falling loss with a jumped gradient norm points to a silent collapse)"))
