@@ -10,7 +10,7 @@ import numpy as np
 
 from .._events import Event
 from .._validate import check_range
-from ._base import Input
+from ._base import Input, Knob
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, PlateauRule
 
 #: default progress (in ``delta``) the window before the plateau must show (CUSUMPlateau's
@@ -54,6 +54,8 @@ class AbruptPlateau(PlateauRule):
         >>> AbruptPlateau(patience=60).scan(loss=loss, grad_norm=np.ones(600))  # the grad norm's call
         []
     """
+
+    knob = Knob("progress_mult", 2.0, 1000.0)
 
     _state_keys = (*PLATEAU_KEYS, "grad_seen")
 

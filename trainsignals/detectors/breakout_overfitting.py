@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .._validate import check_range
+from ._base import Knob
 from ._trend import window_trend
 from ._val_gap import WOBBLE_KEYS, WobbleRule, t_quantile
 
@@ -66,6 +67,8 @@ class BreakoutOverfitting(WobbleRule):
         >>> [(e.step, e.onset_step) for evl in evs for e in evl]
         [(800, 400)]
     """
+
+    knob = Knob("min_rise", 0.002, 1.0)
 
     _state_keys = WOBBLE_KEYS + ("since",)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .._validate import check_range
+from ._base import Knob
 from ._val_gap import RULE_KEYS, ValGapRule
 
 
@@ -45,6 +46,8 @@ class MemorisationClimbOverfitting(ValGapRule):
         >>> [(e.step, e.onset_step) for evl in evs for e in evl]
         [(700, 400)]
     """
+
+    knob = Knob("min_rise", 0.002, 1.0)
 
     _state_keys = RULE_KEYS + ("prev", "run", "run_train")
 

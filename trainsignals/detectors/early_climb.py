@@ -11,7 +11,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ops import NEVER, first_true, shifted
 from ._trend import noise_levels
 
@@ -53,6 +53,8 @@ class EarlyClimbDivergence(Detector):
         >>> [(e.step, e.onset_step) for e in det.scan(loss=losses)]
         [(4, 0)]
     """
+
+    knob = Knob("noise_mult", 1.0, 100.0)
 
     _state_keys = ("buf", "sbuf", "noise", "nd", "cooldown_until", "last_step")
 

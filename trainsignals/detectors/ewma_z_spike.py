@@ -10,7 +10,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ewma_jump import HOLD, MIN_RATIO, THRESHOLD, TRACK_KEYS, EWMAJump
 
 
@@ -58,6 +58,8 @@ class EWMAZSpike(EWMAJump, Detector):
         >>> [e.step for e in EWMAZSpike().scan(loss=loss)]
         [60]
     """
+
+    knob = Knob("threshold", 3.0, 30.0)
 
     _state_keys = (*TRACK_KEYS, "last_event")
 

@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .._events import Event
 from .._validate import check_range
-from ._base import Input
+from ._base import Input, Knob
 from ._ops import ewma
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, PlateauRule
 
@@ -67,6 +67,8 @@ class FrozenUpdatePlateau(PlateauRule):
         >>> FrozenUpdatePlateau(patience=60).scan(loss=loss, update_ratio=np.full(600, 1e-3))  # converged
         []
     """
+
+    knob = Knob("ratio_decades", 0.5, 6.0)
 
     _state_keys = (*PLATEAU_KEYS, "r", "rl", "rhist")
 

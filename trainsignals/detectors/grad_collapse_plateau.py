@@ -9,6 +9,7 @@ import numpy as np
 
 from .._events import Event
 from .._validate import check_range
+from ._base import Knob
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, GradPlateauRule
 
 #: default net fall of the grad norm that counts as stuck (CUSUMPlateau's ``stuck_decades`` since e4e4434,
@@ -56,6 +57,8 @@ class GradCollapsePlateau(GradPlateauRule):
         >>> GradCollapsePlateau(patience=60).scan(loss=loss, grad_norm=np.exp(rng.normal(0, 0.1, 600)))
         []
     """
+
+    knob = Knob("stuck_decades", 0.1, 5.0)
 
     _state_keys = (*PLATEAU_KEYS, "g", "ghist")
 

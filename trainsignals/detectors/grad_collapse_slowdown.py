@@ -9,6 +9,7 @@ import numpy as np
 
 from .._events import Event
 from .._validate import check_range
+from ._base import Knob
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, GradPlateauRule, factor
 
 #: default net grad-norm fall that counts as collapsed (CUSUMPlateau's ``collapse_decades`` since c4f1cb0,
@@ -59,6 +60,8 @@ class GradCollapseSlowdown(GradPlateauRule):
         >>> [e.step for e in GradCollapseSlowdown(patience=60, cooldown=300).scan(loss=loss, grad_norm=grad)]
         [365]
     """
+
+    knob = Knob("collapse_decades", 0.3, 5.0)
 
     _state_keys = (*PLATEAU_KEYS, "g", "ghist")
 

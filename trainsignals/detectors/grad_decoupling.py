@@ -8,6 +8,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
+from ._base import Knob
 from ._coupling import LN10, CouplingLevels
 
 
@@ -49,6 +50,8 @@ class GradLossDecoupling(CouplingLevels):
         >>> [(e.kind.value, e.step, e.onset_step) for e in GradLossDecoupling().scan(loss=loss, grad_norm=grad)]
         [('silent_collapse', 303, 221)]
     """
+
+    knob = Knob("orders", 0.5, 5.0)
 
     def __init__(self, lag: int = 250, alpha: float = 0.1, orders: float = 1.5,
                  loss_tolerance: float = 1.05, cooldown: int = 0) -> None:

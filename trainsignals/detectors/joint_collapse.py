@@ -8,6 +8,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
+from ._base import Knob
 from ._coupling import LN10, CouplingLevels
 
 #: the default ``span`` as a share of ``lag``: two fifths (100 values for the default lag of
@@ -55,6 +56,8 @@ class JointCollapse(CouplingLevels):
         >>> [(e.kind.value, e.step, e.onset_step) for e in JointCollapse().scan(loss=loss, grad_norm=grad)]
         [('silent_collapse', 189, 161)]
     """
+
+    knob = Knob("orders", 0.5, 5.0)
 
     def __init__(self, lag: int = 250, span: int | None = None, alpha: float = 0.1, orders: float = 1.5,
                  cooldown: int = 0) -> None:

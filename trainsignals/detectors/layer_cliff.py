@@ -12,7 +12,7 @@ from .._events import Event, Kind, make_event
 from .._layers import LayerValues
 from .._validate import check_range
 from ..signals import layers
-from ._base import Detector, Input, _jsonable
+from ._base import Detector, Input, Knob, _jsonable
 from ._ops import lfilter
 
 
@@ -47,6 +47,8 @@ class LayerGradCliff(Detector):
         >>> [(e.step, e.layer) for e in LayerGradCliff().scan(layer_grad_norms=norms)]
         [(101, 'layer0')]
     """
+
+    knob = Knob("gap", 1.0, 10.0, log=False)
 
     inputs = (Input("layer_grad_norms"),)
     _floor = 0.0  # values are taken at least this large before their log10 (0: a zero is skipped)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ewma_jump import HOLD, MIN_RATIO, PEAK_RATIO, THRESHOLD, TRACK_KEYS, EWMAJump
 
 
@@ -63,6 +63,8 @@ class LevelShift(EWMAJump, Detector):
         >>> LevelShift().scan(loss=loss)
         []
     """
+
+    knob = Knob("min_ratio", 1.1, 1000.0)
 
     _state_keys = TRACK_KEYS
 

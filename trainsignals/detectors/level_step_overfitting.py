@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .._validate import check_range
+from ._base import Knob
 from ._val_gap import WobbleRule, t_quantile
 
 
@@ -50,6 +51,8 @@ class LevelStepOverfitting(WobbleRule):
         >>> [(e.step, e.onset_step) for evl in evs for e in evl]
         [(700, 400)]
     """
+
+    knob = Knob("min_rise", 0.002, 1.0)
 
     def __init__(self, patience: int = 3, min_rise: float = 0.02, min_train_fall: float = 0.01,
                  wobble_window: int = 32, train_fall: float = 0.5, confidence: float = 0.975,

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ops import NEVER, ewma, first_true
 from ._trend import NOISE_PER_SD
 
@@ -66,6 +66,8 @@ class LostProgress(Detector):
         >>> [(e.step, e.onset_step, e.message.split(":")[0]) for e in LostProgress().scan(loss=loss)]
         [(318, 300, 'loss lost its progress')]
     """
+
+    knob = Knob("z", 1.0, 30.0)
 
     _state_keys = ("buf", "level", "best", "start", "low", "climb", "reported", "cooldown_until", "last_step")
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._events import Event
+from ._base import Knob
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, PlateauRule
 
 #: patience windows a run is given before "never improved" counts (e4e4434: "3x patience for
@@ -44,6 +45,8 @@ class NeverImprovedPlateau(PlateauRule):
         >>> [(e.step, e.onset_step) for e in NeverImprovedPlateau(patience=60).scan(loss=loss)]
         [(179, 59)]
     """
+
+    knob = Knob("delta_mult", 0.1, 20.0, quieter="lower")
 
     _state_keys = PLATEAU_KEYS
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, WARMUP, first_peak
 from ._ops import ewma, first_true
 
@@ -55,6 +55,8 @@ class PeakRatioSpike(Detector):
         >>> [(e.step, round(e.value, 1)) for e in PeakRatioSpike().scan(loss=loss)]
         [(200, 32.5)]
     """
+
+    knob = Knob("peak_ratio", 2.0, 100.0)
 
     _state_keys = ("n", "recent", "level", "last_event", "last_step")
 

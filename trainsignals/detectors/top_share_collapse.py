@@ -6,7 +6,7 @@ import math
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 
 #: Where ``onset_step`` is placed, and how far the share may stray and still teach the baseline:
 #: a quarter of the way from the baseline to the threshold.
@@ -82,6 +82,8 @@ class TopShareCollapse(Detector):
         >>> [(e.kind.value, e.step, e.onset_step) for e in det.scan(pred_top_share=np.clip(share, 0, 1), loss=loss)]
         [('silent_collapse', 325, 308), ('silent_collapse', 426, 308), ('silent_collapse', 527, 308)]
     """
+
+    knob = Knob("rise", 0.1, 0.95, log=False)
 
     inputs = (Input("pred_top_share"), Input("loss"))
     _state_keys = ("n", "f", "m", "v", "prev", "u", "base", "base_u", "calm", "quiet", "last_step")

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ops import NEVER, first_true, shifted
 from ._trend import noise_levels, window_trend
 
@@ -54,6 +54,8 @@ class TrendDivergence(Detector):
         >>> [(e.step, e.onset_step) for e in TrendDivergence().scan(loss=loss)]
         [(219, 200)]
     """
+
+    knob = Knob("threshold", 2.0, 50.0)
 
     _state_keys = ("buf", "sbuf", "noise", "nd", "cooldown_until", "last_step")
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ops import ewma, first_true
 
 #: default hard upper edge, violent updates whatever the run (UpdateRatioBand's ``high`` since 4f73fd2, real suite)
@@ -64,6 +64,8 @@ class UpdateRatioAboveBand(Detector):
         >>> [(e.kind.value, e.step) for e in UpdateRatioAboveBand().scan(update_ratio=ratio)]
         [('update_ratio_high', 305)]
     """
+
+    knob = Knob("jump", 0.2, 5.0)
 
     inputs = (Input("update_ratio"),)
     _state_keys = ("n", "level", "ref", "out", "onset", "quiet_until", "last_step")

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 from ._ops import ewma, first_true
 from .update_ratio_above_band import ALPHA, REF_ALPHA, WARMUP
 
@@ -59,6 +59,8 @@ class UpdateRatioBelowBand(Detector):
         >>> UpdateRatioBelowBand().scan(update_ratio=ratio, lr=np.r_[np.full(100, 0.1), np.zeros(100)])
         []
     """
+
+    knob = Knob("drop", 0.3, 6.0)
 
     inputs = (Input("update_ratio"), Input("lr", required=False))
     _state_keys = ("n", "level", "ref", "lr_peak", "lr_level", "out", "onset", "quiet_until", "last_step")

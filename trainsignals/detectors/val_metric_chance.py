@@ -6,7 +6,7 @@ from collections import deque
 
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range
-from ._base import Detector, Input
+from ._base import Detector, Input, Knob
 
 #: How many validations the metric's noise scale is taken over.
 _NOISE_WINDOW = 32
@@ -77,6 +77,8 @@ class ValMetricChance(Detector):
 
         (a validation every 100 steps, ``cooldown = 100``: every other one repeats the event).
     """
+
+    knob = Knob("back", 0.3, 0.99, log=False)
 
     inputs = (Input("val_metric"), Input("loss", required=False))
     _state_keys = ("n", "first", "prev", "prev2", "diffs", "best", "best_loss", "hist", "quiet", "last_step")

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "BUDGET_PER_10K",
     "CALIBRATION_FILE",
@@ -75,7 +77,9 @@ class Calibrated:
         budget_per_10k: The budget it was calibrated for.
         limit: ``None`` when the budget decided the value; ``"sensitive_end"`` when even the
             range's most sensitive value meets the budget; ``"quiet_end"`` when even the
-            quietest value does not (the rule then exceeds its budget: see ``per_10k``).
+            quietest value does not (the rule then exceeds its budget: see ``per_10k``);
+            ``"no_data"`` when no tuning run carries the rule's signals (the value is the
+            class default, not calibrated).
     """
 
     name: str
@@ -120,17 +124,43 @@ def _alone(name: str, total_steps: int | None, settings: Mapping[str, Any]) -> A
     return default_suite(total_steps, **only)[name]
 
 
-def healthy_alarms(name: str, settings: Mapping[str, Any], curves: Iterable[Any]) -> dict[str, tuple[int, int, int]]:
+def _has(value: Any) -> bool:
+    """Whether a ``Curve.signals()`` entry holds any measurement."""
+    if isinstance(value, tuple):
+        return len(value[0]) > 0
+    if isinstance(value, dict):
+        return len(value) > 0
+    arr = np.asarray(value, dtype=np.float64)
+    return bool(arr.size) and not bool(np.isnan(arr).all())
+
+
+def _inputs_of(name: str, curves: Iterable[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """The curves that carry every required input of entry ``name``, each with just those signals."""
+    det = _alone(name, None, {})
+    names = [i.name for i in det.inputs]
+    required = [i.name for i in det.inputs if i.required]
+    out = []
+    for c in curves:
+        sig = c.signals()
+        if all(r in sig and _has(sig[r]) for r in required):
+            out.append((c, {"step": sig["step"], **{n: sig[n] for n in names if n in sig and _has(sig[n])}}))
+    return out
+
+
+def healthy_alarms(name: str, settings: Mapping[str, Any], curves: Iterable[Any],
+                   _inputs: list[tuple[Any, dict[str, Any]]] | None = None) -> dict[str, tuple[int, int, int]]:
     """Per family: (alarms, runs alarmed, steps) of entry ``name`` with ``settings`` alone on ``curves``.
 
-    A curve's family is its ``difficulty`` (a synthetic difficulty or a real model family).
+    A curve's family is its ``difficulty`` (a synthetic difficulty or a real model family). Only
+    the curves that carry the entry's required inputs count (a rule cannot alarm, nor be
+    calibrated, on runs without its signal).
     """
     from trainsignals import Monitor
 
     out: dict[str, list[int]] = {}
-    for c in curves:
+    for c, sig in (_inputs_of(name, curves) if _inputs is None else _inputs):
         suite = {name: _alone(name, c.total_steps, settings)}
-        n = sum(e.severity in _ALARMS for e in Monitor(total_steps=c.total_steps, suite=suite).scan(**c.signals()))
+        n = sum(e.severity in _ALARMS for e in Monitor(total_steps=c.total_steps, suite=suite).scan(**sig))
         row = out.setdefault(str(c.difficulty), [0, 0, 0])
         row[0] += n
         row[1] += n > 0
@@ -164,21 +194,25 @@ def calibrate_entry(name: str, curves: Sequence[Any], budget_per_10k: float = BU
     sensitive, quiet = (knob.lo, knob.hi) if up else (knob.hi, knob.lo)
     integer = isinstance(getattr(det, knob.param), int) and not isinstance(getattr(det, knob.param), bool)
     cache: dict[float, dict[str, tuple[int, int, int]]] = {}
+    inputs = _inputs_of(name, curves)
 
     def cost(v: float) -> dict[str, tuple[int, int, int]]:
         v = float(int(v)) if integer else v
         if v not in cache:
-            cache[v] = healthy_alarms(name, {knob.param: int(v) if integer else v}, curves)
+            cache[v] = healthy_alarms(name, {knob.param: int(v) if integer else v}, curves, inputs)
         return cache[v]
 
     def meets(v: float) -> bool:
         return all(a <= math.floor(budget_per_10k * s / 1e4) for a, _, s in cost(v).values())
 
     def done(v: float, limit: str | None) -> Calibrated:
-        a, r, s = (sum(x) for x in zip(*cost(v).values(), strict=True))
+        per = cost(v)
+        a, r, s = (sum(x) for x in zip(*per.values(), strict=True)) if per else (0, 0, 0)
         return Calibrated(name, type(det).__name__, knob.param, int(v) if integer else v, a, r, s,
                           budget_per_10k, limit)
 
+    if not inputs:  # no tuning run carries the rule's signal: nothing to calibrate on, keep the default
+        return done(float(getattr(det, knob.param)), "no_data")
     if meets(sensitive):
         return done(sensitive, "sensitive_end")
     if not meets(quiet):
