@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> dict:
         "NonFinite": (ts.NonFinite, (xs,)),
         "LRAnomaly": (ts.LRAnomaly, (lrs,)),
         "CUSUMPlateau (loss, grad_norm)": (ts.CUSUMPlateau, (xs, gs)),
-        "Oscillation (loss, grad_norm)": (ts.Oscillation, (xs, gs)),
+        "LjungBoxSawtooth (loss, grad_norm)": (ts.LjungBoxSawtooth, (xs, gs)),
+        "SwingRatioEdgeOfStability (loss, grad_norm)": (ts.SwingRatioEdgeOfStability, (xs, gs)),
+        "LRRiseEdgeOfStability (loss, lr)": (ts.LRRiseEdgeOfStability, (xs, lrs)),
         "LossGradCoupling (loss, grad_norm)": (ts.LossGradCoupling, (xs, gs)),
         "UpdateRatioBand (ratio, lr)": (ts.UpdateRatioBand, (ratio, lrs)),
     }

@@ -43,12 +43,15 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         g[250:] *= 0.1
         g[::9] = np.nan
         return {"loss": x, "grad_norm": g}
-    if isinstance(det, ts.Oscillation):  # the learning rate rises 3x at 300, with gaps
-        grad = np.exp(rng.normal(0, 0.1, n))
-        grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
+    if isinstance(det, (ts.LjungBoxSawtooth, ts.SwingRatioEdgeOfStability, ts.LRRiseEdgeOfStability)):
+        # the loss lifted 4x from 300 while the learning rate rises 3x (with gaps) and the grad norm 2x
+        grad = np.exp(rng.normal(0, 0.1, n)) * np.where(np.arange(n) < 300, 1.0, 2.0)
+        grad[300] *= 4.0
         lr = np.where(np.arange(n) < 300, 1e-3, 3e-3)
         lr[::11] = np.nan
-        return {"loss": loss, "grad_norm": grad, "lr": lr}
+        x = loss * np.where(np.arange(n) < 300, 1.0, 4.0)
+        return {i.name: v for i in det.inputs for k, v in (("loss", x), ("grad_norm", grad), ("lr", lr))
+                if i.name == k}
     if isinstance(det, ts.LossGradCoupling):
         grad = np.exp(rng.normal(0, 0.1, n))
         grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
@@ -75,7 +78,9 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "SlopeDivergence": ts.SlopeDivergence,
     "CUSUMPlateau": lambda: ts.CUSUMPlateau(patience=40),
     "CUSUMPlateau-strided": lambda: ts.CUSUMPlateau(patience=150),
-    "Oscillation": ts.Oscillation,
+    "LjungBoxSawtooth": ts.LjungBoxSawtooth,
+    "SwingRatioEdgeOfStability": ts.SwingRatioEdgeOfStability,
+    "LRRiseEdgeOfStability": ts.LRRiseEdgeOfStability,
     "LossGradCoupling": ts.LossGradCoupling,
     "NonFinite": ts.NonFinite,
     "LRAnomaly": ts.LRAnomaly,

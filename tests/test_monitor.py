@@ -99,7 +99,8 @@ def test_nonfinite_is_a_critical_event_and_statistics_are_untouched():
     assert (ts.Kind.NONFINITE, "grad_norm", "critical") in kinds
     assert mon.should_stop and mon.status == "diverging"
     after = mon.state_dict()
-    for name in ("loss_spike", "divergence", "stall", "oscillation", "grad_explosion", "coupling"):
+    for name in ("loss_spike", "divergence", "stall", "sawtooth", "edge_of_stability", "lr_edge_of_stability",
+                 "grad_explosion", "coupling"):
         a, b = dict(snap["detectors"][name]["state"]), dict(after["detectors"][name]["state"])
         a.pop("last_step"), b.pop("last_step")
         assert a == b, name
@@ -128,8 +129,8 @@ def test_configuration_errors():
         ts.Monitor(total_steps=0)
     with pytest.raises(ValueError, match="stop_on"):
         ts.Monitor(stop_on=("explosion",))
-    mon = ts.Monitor(total_steps=5000, oscillation=False)
-    assert "oscillation" not in mon.detectors
+    mon = ts.Monitor(total_steps=5000, sawtooth=False)
+    assert "sawtooth" not in mon.detectors
     assert mon.detectors["stall"].patience == 500
 
 

@@ -9,9 +9,9 @@ Example:
     >>> suite = ts.default_suite(total_steps=5_000)
     >>> suite["stall"].patience                     # 10 % of the planned steps
     500
-    >>> del suite["oscillation"]
+    >>> del suite["sawtooth"]
     >>> mon = ts.Monitor(suite=suite)
-    >>> "oscillation" in mon.detectors
+    >>> "sawtooth" in mon.detectors
     False
 """
 
@@ -29,11 +29,13 @@ from .detectors import (
     GuardedEWMASpike,
     LayerGradCliff,
     LayerUpdateRatio,
+    LjungBoxSawtooth,
     LossGradCoupling,
     LRAnomaly,
+    LRRiseEdgeOfStability,
     NonFinite,
-    Oscillation,
     SlopeDivergence,
+    SwingRatioEdgeOfStability,
     TrainValGap,
     UpdateRatioBand,
 )
@@ -56,7 +58,9 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("loss_spike", EWMASpike, {"persist_kind": "divergence"}, None),
     ("divergence", SlopeDivergence, {}, None),
     ("stall", CUSUMPlateau, {}, _stall_patience),
-    ("oscillation", Oscillation, {}, None),
+    ("sawtooth", LjungBoxSawtooth, {}, None),
+    ("edge_of_stability", SwingRatioEdgeOfStability, {}, None),
+    ("lr_edge_of_stability", LRRiseEdgeOfStability, {}, None),
     ("grad_explosion", GuardedEWMASpike, {"kind": "grad_explosion", "signal": "grad_norm", "min_ratio": 10.0,
                                           "threshold": 6.0, "persist_kind": "grad_explosion"}, None),
     ("coupling", LossGradCoupling, {}, None),

@@ -6,11 +6,13 @@ from .cusum_plateau import CUSUMPlateau
 from .ewma_spike import EWMASpike, GuardedEWMASpike
 from .layer_cliff import LayerGradCliff
 from .layer_ratio import LayerUpdateRatio
+from .ljung_box_sawtooth import LjungBoxSawtooth
 from .loss_grad_coupling import LossGradCoupling
-from .oscillation import Oscillation
+from .lr_rise_eos import LRRiseEdgeOfStability
 from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite, UpdateRatioBand
 from .slope_divergence import SlopeDivergence
+from .swing_ratio_eos import SwingRatioEdgeOfStability
 from .train_val_gap import TrainValGap
 
 __all__ = [
@@ -22,13 +24,15 @@ __all__ = [
     "GuardedEWMASpike",
     "Input",
     "LRAnomaly",
+    "LRRiseEdgeOfStability",
     "LayerGradCliff",
     "LayerUpdateRatio",
+    "LjungBoxSawtooth",
     "LossGradCoupling",
     "NonFinite",
-    "Oscillation",
     "RankOutliers",
     "SlopeDivergence",
+    "SwingRatioEdgeOfStability",
     "TrainValGap",
     "UpdateRatioBand",
 ]
