@@ -149,10 +149,15 @@ def swing(y: float, m: float, v: float, b: float, n: int, warmup: int) -> tuple[
     return y, v, a * v + (1.0 - a) * b
 
 
-def batch_swing(y: np.ndarray, m: float, v: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`swing` over a block past warm-up: ``(v, b, b before each value)``."""
+def batch_swing(y: np.ndarray, m: float, v: float, b: float, n0: int,
+                warmup: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`swing` over a block after ``n0 > 0`` values: ``(v, b, b before each value)``."""
     vs = ewma(np.abs(y - shifted(y, m)), VAR_ALPHA, 1.0 - VAR_ALPHA, v)
-    bs = ewma(vs, BASE_ALPHA, 1.0 - BASE_ALPHA, b)
+    k = min(len(y), max(0, min(warmup, round(1 / BASE_ALPHA)) - n0))  # values whose baseline is a plain mean
+    bs = np.empty_like(vs)
+    bs[:k] = ((n0 - 1) * b + np.cumsum(vs[:k])) / (n0 + np.arange(k))
+    if k < len(y):
+        bs[k:] = ewma(vs[k:], BASE_ALPHA, 1.0 - BASE_ALPHA, float(bs[k - 1]) if k else b)
     return vs, bs, shifted(bs, b)
 
 

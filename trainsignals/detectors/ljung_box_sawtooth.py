@@ -150,19 +150,19 @@ class LjungBoxSawtooth(Detector):
                           self.frac, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if self._n < self.warmup or steps[i] <= self._quiet_until or 0 < self._ng < self.warmup:
+        if not self._n or steps[i] <= self._quiet_until:
             return 0
         with np.errstate(divide="ignore", invalid="ignore"):  # a usable loss; grad norms all present or absent
             y, g = np.log(arrays[0][i:j]), np.log(arrays[1][i:j])
-        lim = first_true(~np.isfinite(y) | (np.isfinite(g) if self._ng == 0 else ~np.isfinite(g)))
-        if lim == 0:
+        if not (lim := first_true(~np.isfinite(y) | (np.isfinite(g) if self._ng == 0 else ~np.isfinite(g)))):
             return 0
         y, g, w, r, lags = y[:lim], g[:lim], self.window, self.ratio, self.window // 3
-        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl)
+        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup)
         cand = vl > r * blp
         if self._ng:
-            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg)
+            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup)
             cand |= (bgp > 0.0) & (vg > r * bgp)
+        cand[:max(0, self.warmup - self._n)] = False  # no candidate before warm-up ends
         k, cs, off = lim, np.flatnonzero(cand), len(self._ys)
         if len(cs):  # a looser vectorised twin of the first tests, then the scalar one on survivors
             yext = np.concatenate((np.asarray(self._ys), y))

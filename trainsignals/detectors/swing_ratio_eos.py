@@ -146,19 +146,19 @@ class SwingRatioEdgeOfStability(Detector):
         return ev
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if self._n < self.warmup or steps[i] <= self._quiet_until or 0 < self._ng < self.warmup:
+        if not self._n or steps[i] <= self._quiet_until:
             return 0
         with np.errstate(divide="ignore", invalid="ignore"):  # a usable loss; grad norms all present or absent
             y, g = np.log(arrays[0][i:j]), np.log(arrays[1][i:j])
-        lim = first_true(~np.isfinite(y) | (np.isfinite(g) if self._ng == 0 else ~np.isfinite(g)))
-        if lim == 0:
+        if not (lim := first_true(~np.isfinite(y) | (np.isfinite(g) if self._ng == 0 else ~np.isfinite(g)))):
             return 0
         y, g, w, r2 = y[:lim], g[:lim], self.window, self.shift_ratio
         w2, span = 3 * w // 2, SPAN * w
-        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl)
-        ai = np.flatnonzero(vl > r2 * blp)  # the loss swings enough to arm
+        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup)
+        ai = np.flatnonzero(vl > r2 * blp)  # the loss swings enough to arm (once warm)
+        ai = ai[self._n + ai >= self.warmup]
         if self._ng:
-            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg)
+            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup)
             ai = ai[(bgp[ai] <= 0.0) | (vg[ai] > r2 * bgp[ai])]  # and so does the grad norm
         n0, watch = self._n, span - w2
         until0, arms = n0 + self._left - 1, (n0 + ai).tolist()
