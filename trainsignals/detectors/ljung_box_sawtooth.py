@@ -17,6 +17,7 @@ from ._ops import first_true
 from ._swings import SPAN, residuals, swing
 
 _log, _NAN = math.log, math.nan
+_VA, _VB, _BA, _BB = sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.BASE_ALPHA  # swing()'s weights
 #: largest fall of the median log-loss since the reference window, in 10-90 % ranges of the
 #: window's residuals, that is no progress: the former ``Oscillation`` default (its ``drop``)
 DROP = 1.0
@@ -39,9 +40,8 @@ class LjungBoxSawtooth(Detector):
     * a pattern: the Ljung-Box statistic of the residuals over lags 1..``window // 3`` (plus the
       grad norm's) exceeds the chi-square quantile at ``1 - pattern_p`` (degrees of freedom: the
       lags, twice with a grad norm). White noise, however loud, rarely passes (about 1 % at 32
-      values); a sawtooth correlates at its period. ``onset_step``: the window's first step.
-
-    No event in the first ``warmup`` values, nor for ``cooldown`` steps after one.
+      values); a sawtooth correlates at its period. ``onset_step``: the window's first step; no
+      event in the first ``warmup`` values, nor for ``cooldown`` steps after one.
 
     Args:
         window: values in the examined window, >= 8.
@@ -120,25 +120,27 @@ class LjungBoxSawtooth(Detector):
         sp = sw.spread(res)
         if not ok or abs(rise) > sw.EFFICIENCY * sp or fall > DROP * sp:
             return False, fl, fg
-        lags = w // 3
-        q = sw.ljung_box(res, lags) + (sw.ljung_box(gres, lags) if gref else 0.0)
-        return q >= sw.chi2_crit(self.pattern_p, 2 * lags if gref else lags), fl, fg
+        q = sw.ljung_box(res, w // 3) + (sw.ljung_box(gres, w // 3) if gref else 0.0)
+        return q >= sw.chi2_crit(self.pattern_p, (2 if gref else 1) * (w // 3)), fl, fg
 
     def _step(self, x: float, grad: float, step: int) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:  # not a loss: the statistics stay untouched
             return None
-        n, bl, bg, g = self._n, self._bl, self._bg, _NAN
-        self._ml, self._vl, self._bl = swing(_log(x), self._ml, self._vl, bl, n, self.warmup)
+        n, bl, bg, g, y = self._n, self._bl, self._bg, _NAN, _log(x)
+        # swing(), its warm case written out: the hot path
+        self._ml, self._vl, self._bl = (y, v := _VA * abs(y - self._ml) + _VB * self._vl, _BA * v + _BB * bl) \
+            if n >= self.warmup else swing(y, self._ml, self._vl, bl, n, self.warmup)
         if grad - grad == 0.0 and grad > 0.0:
-            g, self._vg, self._bg = swing(_log(grad), self._mg, self._vg, bg, self._ng, self.warmup)
-            self._mg, self._ng = g, self._ng + 1
+            g, ng = _log(grad), self._ng
+            self._mg, self._vg, self._bg = (g, v := _VA * abs(g - self._mg) + _VB * self._vg, _BA * v + _BB * bg) \
+                if ng >= self.warmup else swing(g, self._mg, self._vg, bg, ng, self.warmup)
+            self._ng = ng + 1
         vl, vg, self._n = self._vl, self._vg, n + 1
         self._ys.append(self._ml)
         self._gs.append(g)
         self._ss.append(step)
-        r = self.ratio
-        if n < self.warmup or step <= self._quiet_until or not (vl > r * bl or (bg > 0.0 and vg > r * bg)):
+        if n < self.warmup or step <= self._quiet_until or not (vl > self.ratio * bl or (bg > 0.0 and vg > self.ratio * bg)):
             return None
         ok, fl, fg = self._confirm(list(self._ys), list(self._gs))
         if not ok:
@@ -180,11 +182,9 @@ class LjungBoxSawtooth(Detector):
                     qg[~np.isfinite(gw).all(axis=1)] = np.inf  # a gap: left to the scalar test
                     passed |= q + qg >= sw.chi2_crit(self.pattern_p, 2 * lags) * sw.SLACK
                 keep[keep] = passed
-            for c in cs[keep].tolist():
-                lo = max(0, off + c + 1 - SPAN * w)
-                if self._confirm(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist())[0]:
-                    k = c
-                    break
+            ends = (off + cs[keep] + 1).tolist()  # the first survivor the scalar test confirms
+            k = next((e - off - 1 for e in ends if self._confirm(yext[e - SPAN * w:e].tolist(),
+                                                                   gext[e - SPAN * w:e].tolist())[0]), lim)
         if k:
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
             if self._ng:

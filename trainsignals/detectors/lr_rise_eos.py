@@ -128,7 +128,8 @@ class LRRiseEdgeOfStability(Detector):
             jumped = self._jumped(lr)
         if step <= self._quiet_until:
             return None
-        self._left = max(0, left - 1)
+        if left:
+            self._left = left - 1
         if n < self.warmup:
             return None
         if jumped:  # (re)arm the watch

@@ -17,6 +17,7 @@ from ._ops import first_true
 from ._swings import SPAN, swing
 
 _log, _NAN = math.log, math.nan
+_VA, _VB, _BA, _BB = sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.BASE_ALPHA  # swing()'s weights
 
 
 class SwingRatioEdgeOfStability(Detector):
@@ -25,24 +26,23 @@ class SwingRatioEdgeOfStability(Detector):
     Minibatch swings past the edge of stability are loud but white (no pattern for
     :class:`LjungBoxSawtooth`): the loss jumps to a higher, noisier plateau, or its band widens,
     and stops progressing, while the grad norm swings wider or rises as a whole (a sharper
-    region). The rule compares the last ``3 * window // 2`` log-losses (the current window) with
-    the first ``3 * window // 2`` of the last ``4 * window`` (the reference) and fires when
+    region). With the last ``3 * window // 2`` log-losses (current window) against the first
+    ``3 * window // 2`` of the last ``4 * window`` (reference), it fires on
 
-    * no net progress: the current median is not below the reference's, and the current window's
-      line moves by at most ``EFFICIENCY`` times its residuals' 10-90 % range;
-    * the loss swings ``shift`` times as wide, in loss units: the ratio of the robust residual
+    * no net progress: the current median not below the reference's, the current window's line
+      moving by at most ``EFFICIENCY`` times its residuals' 10-90 % range;
+    * a loss swinging ``shift`` times as wide in loss units: the ratio of the robust residual
       scales times ``exp`` of the median's rise (a falling minibatch loss keeps its noise in loss
-      units and this ratio near 1; a loss that bounces on a higher or wider band does not);
-    * when the grad norm is known in both windows, its robust residual scale or its median is at
-      least ``grad_shift`` times the reference's.
+      units and this ratio near 1; a loss bouncing on a higher or wider band does not);
+    * a grad norm (when known in both windows) whose robust residual scale or median is at least
+      ``grad_shift`` times the reference's.
 
-    It is examined every 4th value while *armed*: for ``4 * window - 3 * window // 2`` values
-    after a value at which the local swing ``v`` of the loss (EWMA of ``|y[t] - y[t-1]|``, as in
-    :class:`LjungBoxSawtooth`) exceeds ``shift_ratio`` times its baseline, and so does the grad
-    norm's when known. The jump onto the plateau arms it; the comparison is possible once the
-    current window has left the jump. An event disarms it. ``onset_step`` is the first step of
-    the current window; no event in the first ``warmup`` values; none for ``cooldown`` steps
-    after one.
+    It is examined every ``STRIDE``-th value while *armed*: for ``4 * window - 3 * window // 2``
+    values after the local swing of the loss (EWMA of ``|y[t] - y[t-1]|``) exceeds ``shift_ratio``
+    times its baseline, and the grad norm's too when known (the jump onto the plateau; the
+    comparison works once the current window has left it). An event disarms it. ``onset_step``:
+    the current window's first step; no event in the first ``warmup`` values, nor for
+    ``cooldown`` steps after one.
 
     Args:
         window: the windows' unit, >= 8.
@@ -100,28 +100,26 @@ class SwingRatioEdgeOfStability(Detector):
     def _get_state(self) -> dict[str, Any]:
         return {**super()._get_state(), "gs": sw.plain(self._gs)}
 
-    def _test(self, ys: Sequence[float], gs: Sequence[float], step: int) -> Event | None:
+    def _test(self, ys: Sequence[float], gs: Sequence[float]) -> tuple[float, float] | None:
+        """``(loss swing ratio, grad norm's move)`` where the rule fires, else ``None``."""
         w2 = 3 * self.window // 2
         rl = sw.swing_ratio(ys, w2)
         rg = sw.grad_move(gs, w2) if rl >= self.shift else 0.0
-        if rg < self.grad_shift:
-            return None
-        msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over "
-               f"the {w2} before the last {w2 + self.window}, with no net progress"
-               + (f"; the grad norm moved {rg:.3g}x (its swing or its level)" if rg < math.inf else "")
-               + ": step size at the edge of stability")
-        return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal, rl,
-                          self.shift, msg)
+        return (rl, rg) if rg >= self.grad_shift else None
 
     def _step(self, x: float, grad: float, step: int) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:  # not a loss: the statistics stay untouched
             return None
-        n, bl, bg, g, left = self._n, self._bl, self._bg, _NAN, self._left
-        self._ml, self._vl, self._bl = swing(_log(x), self._ml, self._vl, bl, n, self.warmup)
+        n, bl, bg, g, left, y = self._n, self._bl, self._bg, _NAN, self._left, _log(x)
+        # swing(), its warm case written out: the hot path
+        self._ml, self._vl, self._bl = (y, v := _VA * abs(y - self._ml) + _VB * self._vl, _BA * v + _BB * bl) \
+            if n >= self.warmup else swing(y, self._ml, self._vl, bl, n, self.warmup)
         if grad - grad == 0.0 and grad > 0.0:
-            g, self._vg, self._bg = swing(_log(grad), self._mg, self._vg, bg, self._ng, self.warmup)
-            self._mg, self._ng = g, self._ng + 1
+            g, ng = _log(grad), self._ng
+            self._mg, self._vg, self._bg = (g, v := _VA * abs(g - self._mg) + _VB * self._vg, _BA * v + _BB * bg) \
+                if ng >= self.warmup else swing(g, self._mg, self._vg, bg, ng, self.warmup)
+            self._ng = ng + 1
         vl, vg, self._n = self._vl, self._vg, n + 1
         self._ys.append(self._ml)
         self._gs.append(g)
@@ -140,10 +138,16 @@ class SwingRatioEdgeOfStability(Detector):
                 return None
         elif not left or n % sw.STRIDE:  # examined every STRIDE-th value while armed
             return None
-        ev = self._test(self._ys, self._gs, step)
-        if ev is not None:
-            self._quiet_until, self._left = step + self.cooldown, 0
-        return ev
+        if (got := self._test(self._ys, self._gs)) is None:
+            return None
+        (rl, rg), w2 = got, 3 * self.window // 2
+        self._quiet_until, self._left = step + self.cooldown, 0
+        msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over "
+               f"the {w2} before the last {w2 + self.window}, with no net progress"
+               + (f"; the grad norm moved {rg:.3g}x (its swing or its level)" if rg < math.inf else "")
+               + ": step size at the edge of stability")
+        return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal, rl,
+                          self.shift, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if not self._n or steps[i] <= self._quiet_until:
@@ -155,8 +159,7 @@ class SwingRatioEdgeOfStability(Detector):
         y, g, w, r2 = y[:lim], g[:lim], self.window, self.shift_ratio
         w2, span = 3 * w // 2, SPAN * w
         vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup)
-        ai = np.flatnonzero(vl > r2 * blp)  # the loss swings enough to arm (once warm)
-        ai = ai[self._n + ai >= self.warmup]
+        ai = np.flatnonzero((vl > r2 * blp) & (np.arange(self._n, self._n + lim) >= self.warmup))  # warm, swings
         if self._ng:
             vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup)
             ai = ai[(bgp[ai] <= 0.0) | (vg[ai] > r2 * bgp[ai])]  # and so does the grad norm
@@ -177,14 +180,11 @@ class SwingRatioEdgeOfStability(Detector):
                 # a window with a missing grad norm is left to the scalar test (it drops the gaps)
                 es = es[(moved >= self.grad_shift * sw.SLACK) | ~np.isfinite(gc).all(axis=1)
                         | ~np.isfinite(gr).all(axis=1)]
-            for c in es.tolist():
-                lo = off + c + 1 - span
-                if self._test(yext[lo:off + c + 1].tolist(), gext[lo:off + c + 1].tolist(), 0) is not None:
-                    k = c
-                    break
+            ends = (off + es + 1).tolist()  # the first survivor the scalar test fires on
+            k = next((e - off - 1 for e in ends
+                      if self._test(yext[e - span:e].tolist(), gext[e - span:e].tolist()) is not None), lim)
         if k:
-            last = max([until0] + [a + watch for a in arms if a < n0 + k])
-            self._left = max(0, last - (n0 + k - 1))
+            self._left = max(0, max([until0] + [a + watch for a in arms if a < n0 + k]) - (n0 + k - 1))
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
             if self._ng:
                 self._mg, self._vg, self._bg = float(g[k - 1]), float(vg[k - 1]), float(bg[k - 1])
