@@ -84,11 +84,13 @@ def main(argv: list[str] | None = None) -> dict:
         "FrozenUpdatePlateau (loss, ratio)": (ts.FrozenUpdatePlateau, (xs, [v * 3e-4 for v in gs])),
         "NeverImprovedPlateau": (ts.NeverImprovedPlateau, (xs,)),
         "AbruptPlateau (loss)": (ts.AbruptPlateau, (xs,)),
-        "Oscillation (loss, grad_norm)": (ts.Oscillation, (xs, gs)),
         "UpdateRatioAboveBand (ratio)": (ts.UpdateRatioAboveBand, (ratio,)),
         "UpdateRatioBelowBand (ratio, lr)": (ts.UpdateRatioBelowBand, (ratio, lrs)),
         "GradLossDecoupling (loss, grad_norm)": (ts.GradLossDecoupling, (xs, gs)),
         "JointCollapse (loss, grad_norm)": (ts.JointCollapse, (xs, gs)),
+        "LjungBoxSawtooth (loss, grad_norm)": (ts.LjungBoxSawtooth, (xs, gs)),
+        "SwingRatioEdgeOfStability (loss, grad_norm)": (ts.SwingRatioEdgeOfStability, (xs, gs)),
+        "LRRiseEdgeOfStability (loss, lr)": (ts.LRRiseEdgeOfStability, (xs, lrs)),
     }
     res["detector_update_ratio_vs_PageHinkley"] = {}
     for name, (cls, cols) in singles.items():

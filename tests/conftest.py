@@ -56,12 +56,15 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         r[123] = np.inf
         return {k: v for k, v in (("loss", x), ("grad_norm", g), ("update_ratio", r))
                 if k in {i.name for i in det.inputs}}
-    if isinstance(det, ts.Oscillation):  # the learning rate rises 3x at 300, with gaps
-        grad = np.exp(rng.normal(0, 0.1, n))
-        grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
+    if isinstance(det, (ts.LjungBoxSawtooth, ts.SwingRatioEdgeOfStability, ts.LRRiseEdgeOfStability)):
+        # the loss lifted 4x from 300 while the learning rate rises 3x (with gaps) and the grad norm 2x
+        grad = np.exp(rng.normal(0, 0.1, n)) * np.where(np.arange(n) < 300, 1.0, 2.0)
+        grad[300] *= 4.0
         lr = np.where(np.arange(n) < 300, 1e-3, 3e-3)
         lr[::11] = np.nan
-        return {"loss": loss, "grad_norm": grad, "lr": lr}
+        x = loss * np.where(np.arange(n) < 300, 1.0, 4.0)
+        return {i.name: v for i in det.inputs for k, v in (("loss", x), ("grad_norm", grad), ("lr", lr))
+                if i.name == k}
     if isinstance(det, ts.GradLossDecoupling):
         grad = np.exp(rng.normal(0, 0.1, n))
         grad[350:] *= 10.0 ** (-np.arange(n - 350) / 40)
@@ -124,9 +127,11 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "LevelShift-linear-both": lambda: ts.LevelShift(log=False, direction="both", threshold=4.0, min_ratio=1.2),
     "PeakRatioSpike": ts.PeakRatioSpike,
     "PeakRatioSpike-level": lambda: ts.PeakRatioSpike(signal="grad_norm", kind="grad_explosion", min_ratio=10.0),
-    "Oscillation": ts.Oscillation,
     "GradLossDecoupling": ts.GradLossDecoupling,
     "JointCollapse": ts.JointCollapse,
+    "LjungBoxSawtooth": ts.LjungBoxSawtooth,
+    "SwingRatioEdgeOfStability": ts.SwingRatioEdgeOfStability,
+    "LRRiseEdgeOfStability": ts.LRRiseEdgeOfStability,
     "NonFinite": ts.NonFinite,
     "LRAnomaly": ts.LRAnomaly,
     "UpdateRatioAboveBand": ts.UpdateRatioAboveBand,

@@ -100,8 +100,8 @@ def test_nonfinite_is_a_critical_event_and_statistics_are_untouched():
     assert mon.should_stop and mon.status == "diverging"
     after = mon.state_dict()
     for name in ("loss_spike", "early_climb", "trend_divergence", "lost_progress", "stall_grad_collapse",
-                 "stall_frozen_updates", "stall_abrupt", "oscillation", "grad_explosion", "grad_decoupling",
-                 "joint_collapse"):
+                 "stall_frozen_updates", "stall_abrupt", "sawtooth", "edge_of_stability", "lr_edge_of_stability",
+                 "grad_explosion", "grad_decoupling", "joint_collapse"):
         a, b = dict(snap["detectors"][name]["state"]), dict(after["detectors"][name]["state"])
         a.pop("last_step"), b.pop("last_step")
         assert a == b, name
@@ -130,8 +130,8 @@ def test_configuration_errors():
         ts.Monitor(total_steps=0)
     with pytest.raises(ValueError, match="stop_on"):
         ts.Monitor(stop_on=("explosion",))
-    mon = ts.Monitor(total_steps=5000, oscillation=False)
-    assert "oscillation" not in mon.detectors
+    mon = ts.Monitor(total_steps=5000, sawtooth=False)
+    assert "sawtooth" not in mon.detectors
     assert {mon.detectors[n].patience for n in mon.detectors if n.startswith("stall")} == {500}
 
 

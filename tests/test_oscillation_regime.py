@@ -1,119 +1,133 @@
-"""The Oscillation detector's second path (a noisier plateau after a jump), on generated runs.
+"""Each oscillation rule on runs generated fresh here (seeds >= 5000: none its thresholds were chosen on).
 
-A run converges, then at ``ONSET`` its step size is raised past the edge of stability: within
-``RAMP`` steps the loss jumps to ``lift`` times its level and bounces there with its usual
-noise in log space (so swings ``lift`` times as wide in loss units) and no net progress, while
-the grad norm, kicked up at the jump, then either swings wider or sits higher. The jump (of
-both signals at once) arms the watch, but the plateau can
-only be compared with what came before once the current window (48 values) has left the jump,
-so the watch must outlast it.
+* :class:`LjungBoxSawtooth` on :func:`trainsignals.curves.generate` ``oscillation`` runs (an
+  alternation, a sawtooth or a repeated spike-and-collapse);
+* the edge-of-stability rules on a run that converges and then, at ``ONSET``, has its step size
+  raised past the edge: the loss jumps to ``lift`` times its level and bounces there with its
+  usual log noise (so swings ``lift`` times as wide in loss units) and no net progress, while the
+  grad norm swings wider or sits higher (:class:`SwingRatioEdgeOfStability`), or the learning rate
+  rose and stayed up (:class:`LRRiseEdgeOfStability`);
+* all three quiet on generated healthy runs and on minibatch SGD with momentum 0.9 (a noisy
+  least-squares problem) under constant, cosine, warmup and step schedules.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from trainsignals import Kind, Monitor
-from trainsignals.detectors import Oscillation
+from trainsignals.curves import generate
+from trainsignals.detectors import LjungBoxSawtooth, LRRiseEdgeOfStability, SwingRatioEdgeOfStability
+from trainsignals.testing import close_state, default_within, run_detector
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_scan_equivalence import close_state  # noqa: E402
-
-N, ONSET, RAMP = 700, 400, 1
-SEEDS = range(8)
+RULES = (LjungBoxSawtooth, SwingRatioEdgeOfStability, LRRiseEdgeOfStability)
+N, ONSET = 700, 400
+SEEDS = range(5000, 5008)
 
 
 def run(seed: int, lift: float = 4.0, grad_level: float = 1.0, grad_swing: float = 1.0):
-    """``(loss, grad_norm)`` of a run whose loss is lifted ``lift`` times from ``ONSET``; the grad
-    norm is lifted ``grad_level`` times and its log-space noise widened ``grad_swing`` times."""
+    """``(loss, grad_norm)``: the loss lifted ``lift`` times from ``ONSET``, the grad norm lifted
+    ``grad_level`` times and its log noise widened ``grad_swing`` times (kicked 4x at the jump)."""
     rng = np.random.default_rng(seed)
     t = np.arange(N)
-    log_level = np.log(2.3 * np.exp(-t / 120) + 0.3)
-    ramp = np.clip((t - ONSET) / RAMP, 0.0, 1.0)
-    loss = np.exp(log_level + ramp * np.log(lift) + rng.normal(0, 0.1, N))
-    g_sd = np.where(t >= ONSET, 0.1 * grad_swing, 0.1)
-    grad = np.exp(ramp * np.log(grad_level) + rng.normal(0, 1, N) * g_sd)
+    up = t >= ONSET
+    loss = (2.3 * np.exp(-t / 120) + 0.3) * np.where(up, lift, 1.0) * np.exp(rng.normal(0, 0.1, N))
+    grad = np.where(up, grad_level, 1.0) * np.exp(rng.normal(0, 1, N) * np.where(up, 0.1 * grad_swing, 0.1))
     if lift != 1.0:
-        grad[ONSET] *= 4.0  # the first step at the raised step size
+        grad[ONSET] *= 4.0
     return loss, grad
 
 
-def regime_events(loss, grad):
-    det = Oscillation()
-    return [e for e in det.scan(loss=loss, grad_norm=grad) if e.kind == Kind.OSCILLATION and e.threshold in (det.shift, det.lr_shift)]
-
-
-def within(evs, lo=ONSET, hi=ONSET + 100):
-    return [e.step for e in evs if lo <= e.step <= hi]
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("grad", [dict(grad_swing=2.0), dict(grad_level=2.0)], ids=["grad-swings", "grad-rises"])
-def test_a_noisier_plateau_after_a_ramp_is_caught(seed, grad):
-    loss, g = run(seed, **grad)
-    evs = regime_events(loss, g)
-    assert within(evs), [e.step for e in evs]
-    assert all(e.step >= ONSET for e in evs)
-    assert all(e.onset_step >= ONSET for e in evs if e.step <= ONSET + 100)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_quiet_without_the_lift_or_when_the_grad_norm_holds(seed):
-    assert regime_events(*run(seed, lift=1.0, grad_level=2.0)) == []   # the loss holds its band
-    assert regime_events(*run(seed, lift=4.0)) == []                    # the grad norm does not move
-
-
-@pytest.mark.parametrize("seed", SEEDS[:3])
-def test_the_monitor_reports_it_as_oscillation(seed):
-    loss, g = run(seed, grad_level=2.0)
-    evs = Monitor().scan(loss=loss, grad_norm=g)
-    assert any(e.kind == Kind.OSCILLATION and ONSET <= e.step <= ONSET + 100 for e in evs)
-
-
-@pytest.mark.parametrize("seed", SEEDS[:3])
-def test_streaming_gives_the_scan_events(seed):
-    loss, g = run(seed, grad_swing=2.0)
-    a, b = Oscillation(), Oscillation()
-    ea = a.scan(loss=loss, grad_norm=g)
-    eb = [e for x, gg in zip(loss.tolist(), g.tolist()) for e in b.update(loss=x, grad_norm=gg)]
-    assert [(e.step, e.onset_step, e.value) for e in ea] == [(e.step, e.onset_step, e.value) for e in eb]
-
-
-def lr_run(seed: int, lift: float = 4.0, lr_jump: float = 3.0, kick: bool = True):
-    """The plateau of :func:`run` whose grad norm holds (kicked at the jump, or not at all with
-    ``kick=False``, then at its old level and swing), with the learning rate raised ``lr_jump``
+def lr_run(seed: int, lift: float = 4.0, lr_jump: float = 3.0):
+    """The plateau of :func:`run` whose grad norm holds, the learning rate raised ``lr_jump``
     times at ``ONSET`` (every 7th value unknown)."""
     loss, grad = run(seed, lift=lift)
-    if not kick and lift != 1.0:
-        grad = grad.copy()
-        grad[ONSET] /= 4.0
     lr = np.where(np.arange(N) < ONSET, 0.01, 0.01 * lr_jump)
     lr[::7] = np.nan
     return loss, grad, lr
 
 
-def lr_regime_events(loss, grad, lr=None):
-    det = Oscillation()
-    return [e for e in det.scan(loss=loss, grad_norm=grad, lr=lr) if e.kind == Kind.OSCILLATION and e.threshold in (det.shift, det.lr_shift)]
+def steps_of(evs, lo=ONSET, hi=ONSET + 100):
+    return [e.step for e in evs if lo <= e.step <= hi]
+
+
+def sgdm_run(seed: int, lr: float, schedule: str, n: int = 1200):
+    """``(loss, grad_norm, lr)`` of minibatch SGD (momentum 0.9, batch 16) on a noisy least-squares problem."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(4096, 20)) * rng.uniform(0.2, 1.5, 20)
+    y = x @ rng.normal(size=20) + rng.normal(0, 0.5, 4096)
+    t = np.arange(n)
+    lrs = {"constant": np.full(n, lr), "cosine": lr * 0.5 * (1 + np.cos(np.pi * t / n)),
+           "warmup": lr * np.minimum(1.0, (t + 1) / 200), "step": lr * 0.1 ** (t // 500)}[schedule]
+    w, v, loss, grad = np.zeros(20), np.zeros(20), np.empty(n), np.empty(n)
+    for k in range(n):
+        idx = rng.integers(0, 4096, 16)
+        r = x[idx] @ w - y[idx]
+        g = x[idx].T @ r / 16
+        loss[k], grad[k] = 0.5 * np.mean(r * r), np.linalg.norm(g)
+        v = 0.9 * v + g
+        w -= lrs[k] * v
+    return loss, grad, lrs
+
+
+def scan(cls, **data):
+    det = cls()
+    return det.scan(**{i.name: data[i.name] for i in det.inputs if i.name in data})
+
+
+def test_the_sawtooth_rule_catches_generated_oscillations():
+    curves = [generate("oscillation", s, d) for s in range(5000, 5010) for d in ("easy", "medium")]
+    hits = [any(c.onset_step <= e.step <= c.onset_step + default_within(c)
+                for e in run_detector(LjungBoxSawtooth(), c)) for c in curves]
+    assert np.mean(hits) >= 0.9, np.mean(hits)
+    assert [c.name for c in curves if any(e.step < c.onset_step for e in run_detector(LjungBoxSawtooth(), c))] == []
+
+
+@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+def test_every_rule_is_quiet_on_generated_healthy_runs(difficulty):
+    curves = [generate("healthy", s, difficulty) for s in range(5000, 5020)]
+    assert [(c.name, cls.__name__) for c in curves for cls in RULES if run_detector(cls(), c)] == []
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine", "warmup", "step"])
+def test_every_rule_is_quiet_on_sgd_with_momentum(schedule):
+    noisy = []
+    for seed in (5000, 5001):
+        for lr in (0.01, 0.05):  # effective steps lr / (1 - 0.9) of 0.1 and 0.5, well inside stability
+            loss, grad, lrs = sgdm_run(seed, lr, schedule)
+            noisy += [(seed, lr, cls.__name__) for cls in RULES if scan(cls, loss=loss, grad_norm=grad, lr=lrs)]
+    assert noisy == []
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_noisier_plateau_after_a_learning_rate_raise_is_caught_though_the_grad_norm_holds(seed):
-    loss, g, lr = lr_run(seed)
-    assert lr_regime_events(loss, g) == []          # without the learning rate: no corroboration
-    evs = lr_regime_events(loss, g, lr)
-    assert within(evs), [e.step for e in evs]
-    assert "the learning rate rose 3x" in evs[0].message
+@pytest.mark.parametrize("grad", [dict(grad_swing=2.0), dict(grad_level=2.0)], ids=["grad-swings", "grad-rises"])
+def test_a_noisier_plateau_with_the_grad_norm_moving_is_caught(seed, grad):
+    evs = scan(SwingRatioEdgeOfStability, **dict(zip(("loss", "grad_norm"), run(seed, **grad))))
+    assert steps_of(evs), [e.step for e in evs]
+    assert all(e.step >= ONSET for e in evs)
+    assert all(e.onset_step >= ONSET for e in evs if e.step <= ONSET + 100)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_swing_rule_is_quiet_without_the_lift_or_when_the_grad_norm_holds(seed):
+    for kw in (dict(lift=1.0, grad_level=2.0), dict(lift=4.0)):
+        assert scan(SwingRatioEdgeOfStability, **dict(zip(("loss", "grad_norm"), run(seed, **kw)))) == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_noisier_plateau_after_a_learning_rate_raise_is_caught(seed):
+    loss, grad, lr = lr_run(seed)
+    evs = scan(LRRiseEdgeOfStability, loss=loss, lr=lr)
+    assert steps_of(evs), [e.step for e in evs]
+    assert "the learning rate rose 3x, above any rate the run had used" in evs[0].message
+    assert scan(LRRiseEdgeOfStability, loss=loss) == []  # without the learning rate: no word
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_learning_rate_raise_the_loss_takes_in_stride_stays_quiet(seed):
-    # the step size rose but the loss keeps its band (and keeps learning): not an oscillation
-    assert lr_regime_events(*lr_run(seed, lift=1.0)) == []
+    loss, grad, lr = lr_run(seed, lift=1.0)
+    assert scan(LRRiseEdgeOfStability, loss=loss, lr=lr) == []
 
 
 @pytest.mark.parametrize("seed", SEEDS[:4])
@@ -126,88 +140,70 @@ def test_a_warm_restart_stays_quiet(seed):
     lr = 0.05 * 0.5 * (1 + np.cos(np.pi * phase / 200)) + 1e-4
     loss = (1.5 * np.exp(-t / 250) + 0.2) * (1 + 0.6 * np.exp(-phase / 30) * (t >= 200)) * np.exp(rng.normal(0, 0.1, N))
     grad = np.exp(rng.normal(0, 0.2, N)) * (1 + np.exp(-phase / 30))
-    assert Oscillation().scan(loss=loss, grad_norm=grad, lr=lr) == []
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_learning_rate_jump_arms_the_watch_when_the_grad_norm_does_not_move(seed):
-    # no kick: nothing swings at once, so only the learning rate's jump arms the watch; its
-    # test then needs the learning rate's word (up through the whole current window)
-    loss, g, lr = lr_run(seed, kick=False)
-    assert lr_regime_events(loss, g) == []
-    evs = lr_regime_events(loss, g, lr)
-    assert within(evs, ONSET + 3 * 32 // 2), [e.step for e in evs]
-    assert all("the learning rate rose" in e.message for e in evs)
-
-
-@pytest.mark.parametrize("seed", SEEDS[:3])
-@pytest.mark.parametrize("kick", [True, False])
-def test_streaming_gives_the_scan_events_with_a_learning_rate(seed, kick):
-    loss, g, lr = lr_run(seed, kick=kick)
-    a, b = Oscillation(), Oscillation()
-    ea = a.scan(loss=loss, grad_norm=g, lr=lr)
-    eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) for e in b.update(loss=x, grad_norm=gg, lr=r)]
-    assert [(e.step, e.onset_step, e.value, e.message) for e in ea] == \
-        [(e.step, e.onset_step, e.value, e.message) for e in eb]
-    assert close_state(a.state_dict(), b.state_dict())
-
-
-def test_the_monitor_passes_the_learning_rate():
-    loss, g, lr = lr_run(0)
-    evs = Monitor().scan(loss=loss, grad_norm=g, lr=lr)
-    assert any(e.kind == Kind.OSCILLATION and ONSET <= e.step <= ONSET + 100 for e in evs)
-
-
-def test_bad_lr_rise_names_the_parameter():
-    with pytest.raises(ValueError, match="lr_rise"):
-        Oscillation(lr_rise=1.0)
+    assert [cls.__name__ for cls in RULES if scan(cls, loss=loss, grad_norm=grad, lr=lr)] == []
 
 
 def old_ground(lr):
-    """``lr`` with its first 150 values at the raised rate: the jump at ``ONSET`` then returns
-    the run to a step size it has already trained with."""
+    """``lr`` with its first 150 values at the raised rate: the jump at ``ONSET`` returns the run
+    to a step size it already trained with."""
     lr = lr.copy()
     lr[:150] = np.where(np.isnan(lr[:150]), np.nan, lr[-1])
     return lr
 
 
 def test_a_narrower_widening_is_enough_when_the_learning_rate_reaches_new_ground():
-    # the loss swings 2.25x as wide (between lr_shift and shift): caught when the learning rate
-    # jumped above any rate of the run, seldom when it returned to one the run already used,
-    # never without it
-    det = Oscillation()
-    assert det.lr_shift < 2.25 < det.shift
-    new = old = bare = 0
+    # the loss swings 2.25x as wide, between new_shift and shift: caught when the learning rate
+    # jumped above any rate of the run, seldom when it returned to one the run already used
+    det = LRRiseEdgeOfStability()
+    assert det.new_shift < 2.25 < det.shift
+    new = old = 0
     for seed in SEEDS:
-        loss, g, lr = lr_run(seed, lift=2.25)
-        new += bool(within(lr_regime_events(loss, g, lr)))
-        old += bool(within(lr_regime_events(loss, g, old_ground(lr))))
-        bare += bool(within(lr_regime_events(loss, g)))
-    assert new >= 6 and old <= 2 and bare == 0, (new, old, bare)
-    evs = lr_regime_events(*lr_run(0, lift=2.25))
-    assert evs and evs[0].threshold == det.lr_shift
-    assert "above any rate the run had used" in evs[0].message
+        loss, _, lr = lr_run(seed, lift=2.25)
+        new += bool(steps_of(scan(LRRiseEdgeOfStability, loss=loss, lr=lr)))
+        old += bool(steps_of(scan(LRRiseEdgeOfStability, loss=loss, lr=old_ground(lr))))
+    assert new >= 6 and old <= 2, (new, old)
 
 
 @pytest.mark.parametrize("seed", SEEDS[:3])
-@pytest.mark.parametrize("fresh", [True, False])
-def test_streaming_gives_the_scan_events_when_the_learning_rate_appears_late(seed, fresh):
-    # no learning rate for the first 200 values, then one that jumps at ONSET (to new ground
-    # or back to an old rate): the vectorised path must track the highest rate like the scalar
-    loss, g, lr = lr_run(seed, lift=2.25)
-    lr = lr.copy()
-    lr[:200] = np.nan
-    if not fresh:
-        lr[200:260] = lr[-1]   # the raised rate, used once before
-    a, b = Oscillation(), Oscillation()
-    ea = a.scan(loss=loss, grad_norm=g, lr=lr)
-    eb = [e for x, gg, r in zip(loss.tolist(), g.tolist(), lr.tolist()) for e in b.update(loss=x, grad_norm=gg, lr=r)]
-    assert [(e.step, e.threshold, e.message) for e in ea] == [(e.step, e.threshold, e.message) for e in eb]
-    assert close_state(a.state_dict(), b.state_dict())
-    assert a.state_dict()["state"]["lr_new"] is fresh
+@pytest.mark.parametrize("late", [False, True], ids=["lr-throughout", "lr-appears-late"])
+def test_streaming_gives_the_scan_events_and_state(seed, late):
+    loss, grad, lr = lr_run(seed, lift=2.25)
+    grad = run(seed, grad_swing=2.0)[1]
+    if late:  # no learning rate for the first 200 values, then the raised rate once before the jump
+        lr = lr.copy()
+        lr[:200] = np.nan
+        lr[200:260] = lr[-1]
+    data = {"loss": loss, "grad_norm": grad, "lr": lr}
+    for cls in RULES:
+        a, b = cls(), cls()
+        names = [i.name for i in a.inputs]
+        ea = a.scan(**{k: data[k] for k in names})
+        eb = [e for t in range(N) for e in b.update(**{k: float(data[k][t]) for k in names})]
+        assert [(e.step, e.threshold, e.message) for e in ea] == [(e.step, e.threshold, e.message) for e in eb]
+        assert close_state(a.state_dict(), b.state_dict())
 
 
-def test_bad_lr_shift_names_the_parameter():
-    for bad in (1.0, 3.0):  # at most 1, or above shift (2.5)
-        with pytest.raises(ValueError, match="lr_shift"):
-            Oscillation(lr_shift=bad)
+def test_both_edge_rules_see_it_and_the_monitor_reports_it_once():
+    loss, grad, lr = lr_run(5000)
+    grad = run(5000, grad_level=2.0)[1]
+    for rule, kw in ((SwingRatioEdgeOfStability(), {"grad_norm": grad}), (LRRiseEdgeOfStability(), {"lr": lr})):
+        hits = [e.step for e in rule.scan(loss=loss, **kw) if ONSET <= e.step <= ONSET + 100]
+        assert hits, type(rule).__name__
+    evs = Monitor().scan(loss=loss, grad_norm=grad, lr=lr)
+    found = [e for e in evs if e.kind == Kind.OSCILLATION and ONSET <= e.step <= ONSET + 100]
+    assert len(found) == 1  # one incident: the event policy merges the second rule's report
+
+
+@pytest.mark.parametrize(("cls", "kw", "name"), [
+    (SwingRatioEdgeOfStability, dict(shift=1.0), "shift"),
+    (SwingRatioEdgeOfStability, dict(grad_shift=0.0), "grad_shift"),
+    (SwingRatioEdgeOfStability, dict(shift_ratio=1.0), "shift_ratio"),
+    (LRRiseEdgeOfStability, dict(lr_rise=1.0), "lr_rise"),
+    (LRRiseEdgeOfStability, dict(new_shift=1.0), "new_shift"),
+    (LRRiseEdgeOfStability, dict(new_shift=3.0), "new_shift"),  # above shift (2.5)
+    (LjungBoxSawtooth, dict(pattern_p=1.0), "pattern_p"),
+    (LjungBoxSawtooth, dict(window=64, warmup=128), "warmup"),
+])
+def test_bad_config_names_the_parameter(cls, kw, name):
+    with pytest.raises(ValueError, match=name):
+        cls(**kw)

@@ -69,10 +69,10 @@ def test_default_suite_is_plain_editable_data():
     assert list(suite) == list(ts.Monitor().detectors)
     assert {suite[n].patience for n in suite if n.startswith("stall_")} == {200}
     assert all(isinstance(d, ts.Detector) for d in suite.values())
-    del suite["oscillation"]
+    del suite["sawtooth"]
     suite["loss_spike"] = ts.EWMAZSpike(threshold=9.0)
     mon = ts.Monitor(suite=suite)
-    assert "oscillation" not in mon.detectors and mon.detectors["loss_spike"].threshold == 9.0
+    assert "sawtooth" not in mon.detectors and mon.detectors["loss_spike"].threshold == 9.0
     with pytest.raises(TypeError, match="suite"):
         ts.Monitor(suite=suite, loss_spike={"threshold": 3})
     with pytest.raises(ValueError, match="Detector"):

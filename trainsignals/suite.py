@@ -9,9 +9,9 @@ Example:
     >>> suite = ts.default_suite(total_steps=5_000)
     >>> suite["stall_grad_collapse"].patience       # 10 % of the planned steps
     500
-    >>> del suite["oscillation"]
+    >>> del suite["sawtooth"]
     >>> mon = ts.Monitor(suite=suite)
-    >>> "oscillation" in mon.detectors
+    >>> "sawtooth" in mon.detectors
     False
 """
 
@@ -37,13 +37,15 @@ from .detectors import (
     LayerUpdateRatio,
     LevelShift,
     LevelStepOverfitting,
+    LjungBoxSawtooth,
     LostProgress,
     LRAnomaly,
+    LRRiseEdgeOfStability,
     MemorisationClimbOverfitting,
     NeverImprovedPlateau,
     NonFinite,
-    Oscillation,
     PeakRatioSpike,
+    SwingRatioEdgeOfStability,
     TopShareCollapse,
     TrendDivergence,
     UpdateRatioAboveBand,
@@ -82,7 +84,9 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("stall_frozen_updates", FrozenUpdatePlateau, {}, _stall_patience),
     ("stall_never_improved", NeverImprovedPlateau, {}, _stall_patience),
     ("stall_abrupt", AbruptPlateau, {}, _stall_patience),
-    ("oscillation", Oscillation, {}, None),
+    ("sawtooth", LjungBoxSawtooth, {}, None),
+    ("edge_of_stability", SwingRatioEdgeOfStability, {}, None),
+    ("lr_edge_of_stability", LRRiseEdgeOfStability, {}, None),
     ("grad_explosion", EWMAZSpike, _GRAD_JUMP, None),
     ("grad_peak", PeakRatioSpike, {"signal": "grad_norm", "kind": "grad_explosion", "min_ratio": 10.0}, None),
     ("grad_shift", LevelShift, _GRAD_JUMP, None),

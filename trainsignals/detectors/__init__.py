@@ -16,12 +16,14 @@ from .layer_cliff import LayerGradCliff
 from .layer_ratio import LayerUpdateRatio
 from .level_shift import LevelShift
 from .level_step_overfitting import LevelStepOverfitting
+from .ljung_box_sawtooth import LjungBoxSawtooth
 from .lost_progress import LostProgress
+from .lr_rise_eos import LRRiseEdgeOfStability
 from .never_improved_plateau import NeverImprovedPlateau
-from .oscillation import Oscillation
 from .peak_ratio_spike import PeakRatioSpike
 from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite
+from .swing_ratio_eos import SwingRatioEdgeOfStability
 from .top_share_collapse import TopShareCollapse
 from .trend_divergence import TrendDivergence
 from .update_ratio_above_band import UpdateRatioAboveBand
@@ -42,12 +44,12 @@ __all__ = [
     "Input",
     "Knob",
     "LRAnomaly",
+    "LRRiseEdgeOfStability",
     "LayerGradCliff",
     "LayerUpdateRatio",
     "NeverImprovedPlateau",
     "LevelShift",
     "NonFinite",
-    "Oscillation",
     "PeakRatioSpike",
     "RankOutliers",
     "TopShareCollapse",
@@ -60,4 +62,6 @@ __all__ = [
     "LostProgress",
     "MemorisationClimbOverfitting",
     "TrendDivergence",
+    "LjungBoxSawtooth",
+    "SwingRatioEdgeOfStability",
 ]

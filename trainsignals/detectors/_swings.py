@@ -1,0 +1,232 @@
+"""The numerics the oscillation rules share, written once (scalar forms and their row-wise twins).
+
+Used by :class:`~trainsignals.LjungBoxSawtooth`, :class:`~trainsignals.SwingRatioEdgeOfStability`
+and :class:`~trainsignals.LRRiseEdgeOfStability`. All work on log values: residuals around a
+window's least-squares line, their robust scale, the Ljung-Box statistic, the swing tracker
+(EWMA of ``|y[t] - y[t-1]|`` and its slow baseline) and the swing-ratio test of two windows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from itertools import islice
+
+import numpy as np
+
+from ._ops import ewma, shifted
+
+#: weight of the local swing EWMA (about 10 values of memory): the former ``Oscillation`` default
+VAR_ALPHA = 0.1
+#: weight of the run's baseline swing (about 200 values): the former ``Oscillation`` default
+BASE_ALPHA = 0.005
+#: median absolute deviation to a Gaussian standard deviation (1 / the normal's 75 % quantile)
+MAD_SD = 1.4826
+#: smallest residual scale in log space (0.1 %): a flat stretch still gives a finite ratio
+SCALE_FLOOR = 1e-3
+#: largest move of a window's line, in 10-90 % ranges of its residuals, that is "no net
+#: progress" (a climb is a divergence, a fall is learning): the former ``Oscillation`` default
+EFFICIENCY = 0.5
+#: the longest history a rule reads, in windows (its reference window starts 3 windows back)
+SPAN = 4
+#: a watched rule is examined every 4th value: every 8th missed real runs that every 4th catches
+#: (``docs/design/detection-history.md``, "Oscillation, seed 1")
+STRIDE = 4
+#: relative slack of the vectorised pre-filters, so that rounding never drops a value the
+#: scalar test fires on (the scalar test decides)
+SLACK = 1 - 1e-6
+
+
+def kept(values: Iterable[float | None], maxlen: int) -> deque[float]:
+    """A window restored from a state dict (``None``: a missing value, nan)."""
+    return deque((math.nan if v is None else v for v in values), maxlen=maxlen)
+
+
+def plain(values: Iterable[float]) -> list[float | None]:
+    """A window for a state dict: nan as ``None`` (JSON has no nan)."""
+    return [None if v != v else v for v in values]
+
+
+def residuals(win: Sequence[float]) -> tuple[list[float], float]:
+    """Residuals of the finite values around their least-squares line, and the line's rise over the window."""
+    pts = [(k, v) for k, v in enumerate(win) if v == v]
+    m = len(pts)
+    if m < 4:
+        return [], 0.0
+    kb = sum(k for k, _ in pts) / m
+    vb = sum(v for _, v in pts) / m
+    skk = sum((k - kb) ** 2 for k, _ in pts)
+    slope = sum((k - kb) * (v - vb) for k, v in pts) / skk
+    return [v - vb - slope * (k - kb) for k, v in pts], slope * (len(win) - 1)
+
+
+def scale(res: list[float]) -> float:
+    """Robust noise scale of residuals: ``MAD_SD`` x median ``|r|``, floored (``inf`` when none)."""
+    if not res:
+        return math.inf
+    return max(MAD_SD * median([abs(r) for r in res]), SCALE_FLOOR)
+
+
+def median(v: Sequence[float]) -> float:
+    """Median of the finite values (nan when none)."""
+    a = sorted(x for x in v if x == x)
+    m = len(a)
+    if not m:
+        return math.nan
+    return a[m // 2] if m % 2 else 0.5 * (a[m // 2 - 1] + a[m // 2])
+
+
+def spread(res: list[float]) -> float:
+    """10-90 % range of the residuals (0 for fewer than 10)."""
+    srt = sorted(res)
+    return srt[(9 * len(srt)) // 10 - 1] - srt[len(srt) // 10] if len(srt) >= 10 else 0.0
+
+
+def ljung_box(res: list[float], lags: int) -> float:
+    """Ljung-Box ``Q = m (m + 2) sum_k r_k^2 / (m - k)`` over lags 1..``lags`` (``r_k``: autocorrelation)."""
+    m = len(res)
+    if m <= lags + 2:
+        return 0.0
+    mu = sum(res) / m
+    r = [v - mu for v in res]
+    den = sum(v * v for v in r)
+    if den <= 0.0:
+        return 0.0
+    q = 0.0
+    for k in range(1, lags + 1):
+        ac = sum(r[i] * r[i - k] for i in range(k, m)) / den
+        q += ac * ac / (m - k)
+    return m * (m + 2) * q
+
+
+@lru_cache(maxsize=64)
+def chi2_crit(p: float, dof: int) -> float:
+    """The chi-square quantile at ``1 - p`` with ``dof`` degrees of freedom (SciPy on first use)."""
+    from scipy.stats import chi2
+
+    return float(chi2.isf(p, dof))
+
+
+def batch_residuals(wins: np.ndarray) -> np.ndarray:
+    """Row-wise :func:`residuals` (rows of finite values)."""
+    w = wins.shape[1]
+    kc = np.arange(w) - (w - 1) / 2.0
+    dev = wins - wins.mean(axis=1, keepdims=True)
+    slope = dev @ kc / float(kc @ kc)
+    return dev - slope[:, None] * kc[None, :]
+
+
+def batch_scale(wins: np.ndarray) -> np.ndarray:
+    """Row-wise :func:`scale` of each row's residuals."""
+    return np.maximum(MAD_SD * np.median(np.abs(batch_residuals(wins)), axis=1), SCALE_FLOOR)
+
+
+def batch_ljung_box(res: np.ndarray, lags: int) -> np.ndarray:
+    """Row-wise :func:`ljung_box`."""
+    m = res.shape[1]
+    r = res - res.mean(axis=1, keepdims=True)
+    den = (r * r).sum(axis=1)
+    ok = den > 0
+    q = np.zeros(len(r))
+    for k in range(1, lags + 1):
+        ac = (r[:, k:] * r[:, :-k]).sum(axis=1) / np.where(ok, den, 1.0)
+        q += ac * ac / (m - k)
+    return np.where(ok, m * (m + 2) * q, 0.0)
+
+
+def swing(y: float, m: float, v: float, b: float, n: int, warmup: int) -> tuple[float, float, float]:
+    """One step of the swing tracker: ``(last value, local swing v, baseline b)`` after ``y``.
+
+    ``v`` is the EWMA (``VAR_ALPHA``) of ``|y - last|``, ``b`` that of ``v`` (``BASE_ALPHA``, and a
+    plain mean while ``n`` (values before ``y``) is under ``warmup``).
+    """
+    if n == 0:
+        return y, 0.0, 0.0
+    v = VAR_ALPHA * abs(y - m) + (1.0 - VAR_ALPHA) * v
+    a = BASE_ALPHA if n >= warmup else max(BASE_ALPHA, 1.0 / n)
+    return y, v, a * v + (1.0 - a) * b
+
+
+def batch_swing(y: np.ndarray, m: float, v: float, b: float, n0: int,
+                warmup: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`swing` over a block after ``n0 > 0`` values: ``(v, b, b before each value)``."""
+    vs = ewma(np.abs(y - shifted(y, m)), VAR_ALPHA, 1.0 - VAR_ALPHA, v)
+    k = min(len(y), max(0, min(warmup, round(1 / BASE_ALPHA)) - n0))  # values whose baseline is a plain mean
+    bs = np.empty_like(vs)
+    bs[:k] = ((n0 - 1) * b + np.cumsum(vs[:k])) / (n0 + np.arange(k))
+    if k < len(y):
+        bs[k:] = ewma(vs[k:], BASE_ALPHA, 1.0 - BASE_ALPHA, float(bs[k - 1]) if k else b)
+    return vs, bs, shifted(bs, b)
+
+
+def swing_ratio(ys: Sequence[float], w2: int) -> float:
+    """How many times as wide the loss swings over its last ``w2`` values as over its first ``w2``.
+
+    The ratio of the robust residual scales, carried to loss units (times ``exp`` of the rise of
+    the median log-loss); 0 when the loss made progress (its median fell) or the last window's
+    line moves by more than ``EFFICIENCY`` times its residuals' 10-90 % range. Finite ``ys``.
+    """
+    m = len(ys)
+    cur, ref = sorted(islice(ys, m - w2, m)), sorted(islice(ys, 0, w2))
+    h = w2 // 2
+    lvl = (cur[h] - ref[h]) if w2 % 2 else 0.5 * (cur[h - 1] + cur[h] - ref[h - 1] - ref[h])
+    if not lvl >= 0.0:
+        return 0.0
+    res, rise = residuals(list(islice(ys, m - w2, m)))
+    if abs(rise) > EFFICIENCY * spread(res):
+        return 0.0
+    return scale(res) / scale(residuals(list(islice(ys, 0, w2)))[0]) * math.exp(lvl)
+
+
+def grad_move(gs: Sequence[float], w2: int) -> float:
+    """How far the grad norm moved from its first ``w2`` values to its last ``w2`` (log space): the
+    larger of its residual scales' ratio and ``exp`` of its median's rise; ``inf`` when either lacks values.
+    """
+    m = len(gs)
+    cur, ref = list(islice(gs, m - w2, m)), list(islice(gs, 0, w2))
+    rc, rr = residuals(cur)[0], residuals(ref)[0]
+    if not (rc and rr):
+        return math.inf
+    return max(scale(rc) / scale(rr), math.exp(median(cur) - median(ref)))
+
+
+def lr_rise(ls: Sequence[float], w2: int) -> float:
+    """The smallest learning rate of the last ``w2`` over the median of the first ``w2`` (0 when either lacks one)."""
+    m = len(ls)
+    cur, ref = [v for v in islice(ls, m - w2, m) if v == v], median(list(islice(ls, 0, w2)))
+    return min(cur) / ref if cur and ref > 0.0 else 0.0
+
+
+def batch_swing_ratio(yext: np.ndarray, ends: np.ndarray, w2: int, span: int) -> np.ndarray:
+    """A looser row-wise twin of :func:`swing_ratio` (no line test) for windows ending at ``ends``."""
+    views = np.lib.stride_tricks.sliding_window_view(yext, w2)
+    m = len(ends)
+    both = views[np.concatenate((ends + 1 - w2, ends + 1 - span))]  # current rows, then reference
+    med = np.median(both, axis=1)
+    lvl = med[:m] - med[m:]
+    sc = batch_scale(both)
+    with np.errstate(over="ignore"):  # a median fall of 1e-12 or less is rounding: no fall
+        return np.where(lvl >= -1e-12, sc[:m] / sc[m:] * np.exp(np.maximum(lvl, 0.0)), 0.0)
+
+
+def watch_checks(n0: int, until0: int, arms: list[int], watch: int, end: int) -> np.ndarray:
+    """The values a watch examines in ``[n0, end]``: every ``STRIDE``-th value index, relative to ``n0``.
+
+    The watch covers ``n0 .. until0`` when carried in, and ``a .. a + watch`` after each arming
+    value ``a`` of ``arms`` (increasing); overlapping stretches merge.
+    """
+    stretches: list[tuple[int, int]] = [(n0, until0)] if until0 >= n0 else []
+    for a in arms:
+        if stretches and a <= stretches[-1][1] + 1:
+            stretches[-1] = (stretches[-1][0], max(stretches[-1][1], a + watch))
+        else:
+            stretches.append((a, a + watch))
+    es = [e - n0 for lo, hi in stretches for e in range(-(-lo // STRIDE) * STRIDE, min(hi, end) + 1, STRIDE)]
+    return np.array(es, dtype=np.int64)
+
+
+__all__ = ["BASE_ALPHA", "EFFICIENCY", "MAD_SD", "SCALE_FLOOR", "SLACK", "SPAN", "STRIDE", "VAR_ALPHA", "batch_ljung_box",
+           "batch_residuals", "batch_scale", "batch_swing", "batch_swing_ratio", "chi2_crit", "grad_move",
+           "kept", "ljung_box", "lr_rise", "median", "plain", "residuals", "scale", "spread", "swing", "swing_ratio", "watch_checks"]
