@@ -63,3 +63,46 @@ def test_written_file_round_trips(tmp_path, healthy):
 def test_leave_one_family_out_refuses_the_heldout_suite():
     with pytest.raises(ValueError, match="held-out"):
         cal.leave_one_family_out("heldout")
+
+
+def test_events_carry_their_rules_measured_healthy_rate():
+    import json
+
+    import numpy as np
+
+    import trainsignals as ts
+
+    shipped = json.loads(cal.CALIBRATION_FILE.read_text())["entries"]
+    rng = np.random.default_rng(7100)
+    loss = 2.0 * np.exp(-np.arange(300) / 200) * np.exp(rng.normal(0, 0.02, 300))
+    loss[150] *= 30.0  # one bad batch
+    evs = [e for e in ts.Monitor(total_steps=300).scan(loss=loss) if e.kind is ts.Kind.LOSS_SPIKE]
+    assert evs, "the spike must be caught"
+    rate = shipped["loss_spike" if evs[0].detector == "EWMAZSpike" else "loss_peak"]["per_10k"]
+    assert evs[0].healthy_rate == pytest.approx(rate)
+    assert "healthy steps" in str(evs[0]) or "never fired" in str(evs[0])
+    # a setting changed from the default: the measured rate no longer applies
+    changed = ts.Monitor(total_steps=300, loss_spike={"threshold": 6.5}, loss_peak={"peak_ratio": 4.0})
+    assert all(e.healthy_rate is None for e in changed.scan(loss=loss) if e.kind is ts.Kind.LOSS_SPIKE)
+    assert all(d.healthy_rate is None for d in ts.default_suite(300, calibrated=False).values())
+
+
+def test_shipped_calibration_covers_every_knob():
+    import json
+
+    import trainsignals as ts
+
+    shipped = json.loads(cal.CALIBRATION_FILE.read_text())["entries"]
+    knobbed = {n for n, d in ts.default_suite(calibrated=False).items() if d.knob is not None}
+    assert set(shipped) == knobbed
+    for name, row in shipped.items():
+        assert row["limit"] in ("measured", "no_data", None, "sensitive_end", "quiet_end", "default"), name
+        assert row["steps"] > 0 or row["limit"] == "no_data", name
+
+
+def test_ceiling_keeps_a_default_that_meets_the_budget(healthy):
+    free = cal.calibrate(healthy, names=["lr_anomaly"], budget_per_10k=5.0)[0]
+    capped = cal.calibrate(healthy, names=["lr_anomaly"], budget_per_10k=5.0, ceiling=True)[0]
+    assert free.value < 20.0  # the budget alone allows a more sensitive factor than the default
+    assert capped.value == 20.0 and capped.limit == "default"
+    assert capped.alarms <= free.alarms

@@ -34,6 +34,8 @@ def calibrated(name: str) -> tuple[dict[str, Any], float | None]:
         ({}, None)
     """
     row = _entries().get(name)
-    if row is None:
+    if row is None or row.get("limit") == "no_data":
         return {}, None
+    if row.get("limit") == "measured":  # the class default, measured: nothing to apply
+        return {}, float(row["per_10k"])
     return {row["param"]: row["value"]}, float(row["per_10k"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import math
 from collections import deque
@@ -211,6 +212,10 @@ class Monitor:
         self._entries = [(det.feed, tuple(i.name for i in det.inputs),
                           tuple(i.name for i in det.inputs if i.required)) for det in self._suite.values()]
         self._plans: dict[tuple[str, ...], list[tuple[Any, Any, int]]] = {}
+        # each calibrated rule's healthy-run rate, by the (detector, signal) its events carry
+        keys = [(type(d).__name__, d.inputs[0].name if d.inputs else "") for d in self._suite.values()]
+        self._rates = {k: d.healthy_rate for k, d in zip(keys, self._suite.values(), strict=True)
+                       if keys.count(k) == 1 and getattr(d, "healthy_rate", None) is not None}
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
@@ -315,6 +320,12 @@ class Monitor:
 
     # ------------------------------------------------------------------------------------
     def _record(self, events: list[Event]) -> None:
+        rates = self._rates
+        if rates:  # each event says how often its rule fires on healthy runs
+            for i, ev in enumerate(events):
+                r = rates.get((ev.detector, ev.signal.partition("[")[0])) if ev.healthy_rate is None else None
+                if r is not None:
+                    events[i] = dataclasses.replace(ev, healthy_rate=r)
         self._n_events += len(events)
         for ev in events:
             self._events.append(ev)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._calibration import calibrated as _calibrated
 from ._validate import check_choice, check_range
 from .detectors import (
     AbruptPlateau,
@@ -118,7 +119,7 @@ def default_settings(name: str) -> dict[str, Any]:
 
 
 def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val_metric_mode: str = "max",
-                  **settings: Any) -> dict[str, Detector]:
+                  calibrated: bool = True, **settings: Any) -> dict[str, Detector]:
     """The default detectors, freshly built, as ``{name: detector}``.
 
     Args:
@@ -127,6 +128,9 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
         min_patience: smallest stall patience derived from ``total_steps``.
         val_metric_mode: the direction of ``val_metric`` (``"max"``: higher is better, or
             ``"min"``), the ``mode`` of every detector that reads it.
+        calibrated: apply the values ``trainsignals/calibration.json`` holds for the rules'
+            knobs, and give each detector its measured ``healthy_rate`` (False: the classes'
+            defaults and no rate; what calibration itself starts from).
         **settings: per-detector settings by name, e.g. ``loss_spike={"threshold": 8}``;
             ``name=False`` leaves a detector out.
 
@@ -150,7 +154,8 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
             opt = {}
         if not isinstance(opt, Mapping):
             raise ValueError(f"{name} must be a mapping of settings or False, got {opt!r}")
-        kw = {**base, **(planned(total_steps, min_patience) if planned else {}), **opt}
+        tuned, rate = _calibrated(name) if calibrated else ({}, None)  # trainsignals/calibration.json
+        kw = {**base, **tuned, **(planned(total_steps, min_patience) if planned else {}), **opt}
         if any(i.name == "val_metric" for i in cls.inputs):  # the metric's direction, set once for the run
             kw = {"mode": val_metric_mode, **kw}
         try:
@@ -159,4 +164,6 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
             raise ValueError(f"{name}: {exc}") from exc
         except ValueError as exc:
             raise ValueError(f"{name}.{exc}") from exc
+        if rate is not None and not opt:  # the measured rate holds for the calibrated settings only
+            suite[name].healthy_rate = rate
     return suite

@@ -60,7 +60,7 @@ class LRRiseEdgeOfStability(Detector):
         [(448, 401)]
     """
 
-    knob = Knob("shift", 1.2, 10.0)
+    knob = Knob("shift", 2.0, 10.0)
     _state_keys = ("n", "ys", "ls", "ss", "left", "lr_top", "lr_new", "quiet_until", "last_step")
 
     def __init__(self, window: int = 32, shift: float = SHIFT, new_shift: float = NEW_SHIFT, lr_rise: float = 1.5,

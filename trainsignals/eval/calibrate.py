@@ -46,6 +46,7 @@ __all__ = [
     "calibrate_entry",
     "healthy_alarms",
     "leave_one_family_out",
+    "measure",
     "tuning_curves",
     "write_calibration",
 ]
@@ -79,7 +80,9 @@ class Calibrated:
             range's most sensitive value meets the budget; ``"quiet_end"`` when even the
             quietest value does not (the rule then exceeds its budget: see ``per_10k``);
             ``"no_data"`` when no tuning run carries the rule's signals (the value is the
-            class default, not calibrated).
+            class default, not calibrated); ``"default"`` when, calibrating as a ceiling, the
+            class default already met the budget and was kept; ``"measured"`` when the class
+            default was only measured (:func:`measure`).
     """
 
     name: str
@@ -121,7 +124,7 @@ def _alone(name: str, total_steps: int | None, settings: Mapping[str, Any]) -> A
 
     only: dict[str, Any] = {n: False for n in SUITE_NAMES if n != name}
     only[name] = dict(settings)
-    return default_suite(total_steps, **only)[name]
+    return default_suite(total_steps, calibrated=False, **only)[name]
 
 
 def _has(value: Any) -> bool:
@@ -235,14 +238,58 @@ def calibrate_entry(name: str, curves: Sequence[Any], budget_per_10k: float = BU
 
 
 def calibrate(curves: Sequence[Any] | None = None, names: Sequence[str] | None = None,
-              budget_per_10k: float = BUDGET_PER_10K) -> list[Calibrated]:
-    """Calibrate every knob of the default suite (or ``names``) on the tuning healthy runs."""
+              budget_per_10k: float = BUDGET_PER_10K, ceiling: bool = False) -> list[Calibrated]:
+    """Calibrate every knob of the default suite (or ``names``) on the tuning healthy runs.
+
+    With ``ceiling``, the budget only caps a rule: a knob whose class default already meets the
+    budget keeps it (``limit="default"``), one that does not is made quieter until it does.
+    """
     from trainsignals.suite import SUITE_NAMES, default_suite
 
     healthy = tuning_curves() if curves is None else [c for c in curves if c.kind == "healthy"]
-    suite = default_suite()
+    suite = default_suite(calibrated=False)
     todo = [n for n in (SUITE_NAMES if names is None else names) if getattr(suite[n], "knob", None) is not None]
-    return [calibrate_entry(n, healthy, budget_per_10k) for n in todo]
+    rows = [calibrate_entry(n, healthy, budget_per_10k) for n in todo]
+    return [_capped(r, healthy) for r in rows] if ceiling else rows
+
+
+def measure(curves: Sequence[Any] | None = None, names: Sequence[str] | None = None,
+            budget_per_10k: float = BUDGET_PER_10K) -> list[Calibrated]:
+    """Each knob's alarms on the tuning healthy runs at its class default (nothing is changed).
+
+    What the shipped ``calibration.json`` holds today (``limit="measured"``): the default
+    suite keeps its defaults and every event carries the measured rate of its rule.
+    """
+    from trainsignals.suite import SUITE_NAMES, default_suite
+
+    healthy = tuning_curves() if curves is None else [c for c in curves if c.kind == "healthy"]
+    suite = default_suite(calibrated=False)
+    rows = []
+    for n in (SUITE_NAMES if names is None else names):
+        det = suite[n]
+        knob = getattr(det, "knob", None)
+        if knob is None:
+            continue
+        inputs = _inputs_of(n, healthy)
+        value = getattr(det, knob.param)
+        per = healthy_alarms(n, {}, healthy, inputs) if inputs else {}
+        a, r, s = (sum(x) for x in zip(*per.values(), strict=True)) if per else (0, 0, 0)
+        rows.append(Calibrated(n, type(det).__name__, knob.param, value, a, r, s, budget_per_10k,
+                               "measured" if inputs else "no_data"))
+    return rows
+
+
+def _capped(row: Calibrated, curves: Sequence[Any]) -> Calibrated:
+    """``row``'s value, or the class default when that is the quieter of the two (``ceiling``)."""
+    det = _alone(row.name, None, {})
+    knob = det.knob
+    default = getattr(det, knob.param)
+    quieter = row.value if (row.value > default) == (knob.quieter == "higher") else default
+    if quieter == row.value or row.limit == "no_data":
+        return row
+    per = healthy_alarms(row.name, {knob.param: default}, curves)
+    a, r, s = (sum(x) for x in zip(*per.values(), strict=True)) if per else (0, 0, 0)
+    return Calibrated(row.name, row.detector, row.param, default, a, r, s, row.budget_per_10k, "default")
 
 
 def settings_of(rows: Iterable[Calibrated]) -> dict[str, dict[str, Any]]:
@@ -313,8 +360,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=BUDGET_PER_10K, help="alarms per 10,000 healthy steps per rule")
     p.add_argument("--write", action="store_true", help=f"write {CALIBRATION_FILE.name} for the default suite")
     p.add_argument("--entry", action="append", help="calibrate only these default-suite entries")
+    p.add_argument("--measure", action="store_true",
+                   help="only measure each rule's healthy alarms at its default (what the package ships)")
+    p.add_argument("--ceiling", action="store_true",
+                   help="the budget only caps: keep a class default that already meets it")
     args = p.parse_args(argv)
-    rows = calibrate(names=args.entry, budget_per_10k=args.budget)
+    rows = (measure(names=args.entry, budget_per_10k=args.budget) if args.measure
+            else calibrate(names=args.entry, budget_per_10k=args.budget, ceiling=args.ceiling))
     for r in rows:
         print(f"{r.name:22s} {r.detector:22s} {r.param}={r.value:<10.4g} {r.alarms:3d} alarms "
               f"({r.per_10k:.2f} per 10k, {r.runs_alarmed} runs, {r.steps} steps)"
