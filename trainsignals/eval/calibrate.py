@@ -315,8 +315,8 @@ def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER
     the other families; the Monitor built from the values found is scored on every run (healthy
     and faulty) of the family left out. Returns a :class:`trainsignals.eval.bench.BenchResult`
     with two detectors: ``"left-out family"`` (each family scored by the values calibrated
-    without it) and ``"in-sample"`` (the values calibrated on all of them, as shipped), so
-    ``family_table()`` shows both per family.
+    without it) and ``"in-sample"`` (the default Monitor as shipped, whose defaults were chosen
+    on these runs), so ``family_table()`` shows both per family.
     """
     from trainsignals import Monitor
 
