@@ -14,7 +14,7 @@ import numpy as np
 
 from ._ops import ewma
 
-__all__ = ["NOISE_PER_SD", "noise_levels", "window_trend"]
+__all__ = ["NOISE_PER_SD", "noise_levels", "noise_step", "window_trend"]
 
 #: E|y[t] - 2y[t-1] + y[t-2]| of white noise, in units of its standard deviation:
 #: sqrt(6) * sqrt(2/pi) (the second difference of white noise has variance 6, its mean
@@ -44,6 +44,19 @@ def window_trend(win: Sequence[float]) -> tuple[float, float]:
         ss += r * r
     se = math.sqrt(ss / (w - 2) / skk + _VAR_FLOOR)
     return slope, slope / se
+
+
+def noise_step(y: float, buf: Sequence[float], noise: float, nd: int, a: float, b: float) -> tuple[float, int]:
+    """One value ``y`` of the noise scale: the EWMA of ``|y - 2 buf[-1] + buf[-2]|`` and its count.
+
+    ``buf`` holds the log values before ``y``; with fewer than two, nothing changes. The first
+    second difference is the level itself (weights ``a``, ``b = 1 - a`` from then on).
+    """
+    if len(buf) < 2:
+        return noise, nd
+    b1 = buf[-1]
+    ad = abs((y - b1) - (b1 - buf[-2]))
+    return (a * ad + b * noise if nd else ad), nd + 1
 
 
 def noise_levels(ext: np.ndarray, held: int, a: float, b: float, noise0: float) -> np.ndarray:

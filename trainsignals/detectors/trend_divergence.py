@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ops import NEVER, first_true, shifted
-from ._trend import noise_levels, window_trend
+from ._trend import noise_levels, noise_step, window_trend
 
 #: at the start of a run the trend is fitted once the window is this full (a half: SlopeDivergence's
 #: rule, so a run that diverges from its first steps is seen within half a window)
@@ -104,11 +104,7 @@ class TrendDivergence(Detector):
         y = math.log(x)
         buf = self._buf
         noise_prev = self._noise
-        if len(buf) >= 2:
-            b1 = buf[-1]
-            ad = abs((y - b1) - (b1 - buf[-2]))
-            self._noise = self._a * ad + self._b * noise_prev if self._nd else ad
-            self._nd += 1
+        self._noise, self._nd = noise_step(y, buf, noise_prev, self._nd, self._a, self._b)
         buf.append(y)
         self._sbuf.append(step)
         if step <= self._cooldown_until:
