@@ -404,6 +404,30 @@ def test_cli_json_markdown_and_mounting(fake_suite: None, capsys: pytest.Capture
     assert json.loads(capsys.readouterr().out)["suite"] == "synthetic"
 
 
+def test_cli_withhold_and_target_window(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainsignals.curves import generate
+
+    curves = [generate("stall", 0, "easy"), generate("healthy", 1, "easy")]
+    monkeypatch.setattr(bench, "_load_suite", lambda suite: list(curves))
+    seen: list[dict] = []
+
+    def run_bench(**kw):
+        seen.append(kw)
+        return bench.BenchResult(suite="synthetic", n_curves=2, scores={
+            "trainsignals": score(bench._default_monitor_factory(), kw["curves"] or curves, kw["windows"],
+                                  name="trainsignals")}, main="trainsignals")
+
+    monkeypatch.setattr(bench, "run_bench", run_bench)
+    assert bench.main(["--json", "--no-baselines", "--withhold", "update_ratio", "--target-window"]) == 0
+    kw = seen[-1]
+    assert all(c.gaps["update_ratio"].all() for c in kw["curves"])       # scored as never measured
+    assert all(np.isnan(c.update_ratio).all() for c in kw["curves"])
+    assert kw["windows"]["stall"](1000) == 100 and kw["windows"]["divergence"](300) == 50
+    assert "without update_ratio" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="signals: cannot withhold 'loss'"):
+        curves[0].withheld("loss")
+
+
 # --------------------------------------------------------------------------- the real thing
 
 

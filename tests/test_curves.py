@@ -188,6 +188,34 @@ def test_write_and_load_round_trip_exactly(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.glob("*.arrow")) == ["divergence.arrow", "healthy.arrow", "nonfinite.arrow"]
 
 
+def test_steps_not_measured_round_trip_as_nulls_and_reach_scan_as_gaps(tmp_path: Path) -> None:
+    import dataclasses
+
+    import trainsignals as ts
+
+    base = generate("healthy", 4, "easy")
+    gaps = np.zeros(base.total_steps, dtype=bool)
+    gaps[200:] = True                                   # the update ratio stops being recorded
+    ratio = np.where(gaps, np.nan, np.float32(1e-3)).astype(np.float64)
+    unmeasured = dataclasses.replace(base, name="unmeasured", update_ratio=ratio, gaps={"update_ratio": gaps})
+    measured_nan = dataclasses.replace(base, name="measured-nan", update_ratio=ratio)
+    write_suite([unmeasured, measured_nan], tmp_path)
+    back = {c.name: c for c in load_suite(tmp_path)}
+    assert np.array_equal(back["unmeasured"].gaps["update_ratio"], gaps) and back["measured-nan"].gaps == {}
+    assert np.array_equal(back["unmeasured"].update_ratio, ratio, equal_nan=True)   # NaN for array readers
+    fed = back["unmeasured"].signals()["update_ratio"]
+    assert isinstance(fed, np.ma.MaskedArray) and np.array_equal(np.ma.getmaskarray(fed), gaps)
+
+    def nonfinite(c: Curve) -> list[int]:
+        evs = ts.Monitor(total_steps=c.total_steps).scan(**c.signals())
+        return [e.step for e in evs if e.kind == Kind.NONFINITE and e.signal == "update_ratio"]
+
+    assert nonfinite(back["unmeasured"]) == []          # not measured is not a non-finite value
+    assert nonfinite(back["measured-nan"])[:1] == [200]  # a measured NaN is
+    with pytest.raises(ValueError, match="gaps"):
+        dataclasses.replace(base, gaps={"val_loss": gaps})
+
+
 def test_write_refuses_duplicate_names(tmp_path: Path) -> None:
     c = generate("stall", 0)
     with pytest.raises(ValueError, match="unique"):

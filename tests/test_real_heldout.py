@@ -65,6 +65,15 @@ def test_heldout_families_train_deterministically(torch: Any, kind: str, family:
     assert not np.array_equal(a.loss, other.loss)
 
 
+def test_a_frozen_optimizer_leaves_its_update_ratio_unmeasured_not_nan(torch: Any) -> None:
+    s = tiny("stall", "tabular", 0, steps=80, onset=40, fault={"freeze": True}, batch_size=16)
+    c, _ = train_with_info(s)
+    gaps = c.gaps["update_ratio"]
+    assert not gaps[:40].any() and gaps[40:].all()      # the optimizer never steps again
+    assert np.isfinite(c.update_ratio[:40]).all() and np.isnan(c.update_ratio[40:]).all()
+    assert np.isfinite(c.loss).all()
+
+
 def test_twin_relabels_a_fault_without_effect_and_keeps_one_with_effect(torch: Any) -> None:
     base = tiny("grad_explosion", "tabular", 0, steps=300, onset=150, clip=0.0,
                 arch={"dataset": "synthetic", "widths": [64, 64], "activation": "relu"},

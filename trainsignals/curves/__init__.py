@@ -39,10 +39,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
 
 FORMAT = "trainsignals-curves/1"
 _MANIFEST = "manifest.json"
+#: the dense series of a curve (aligned with its steps; a curve's ``gaps`` name steps they were not measured)
+_DENSE: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio")
 _MIN_STEPS = 400
 _MAX_STEPS = 2000
 
@@ -84,7 +87,8 @@ class Curve:
     """One labeled training run: its signals, its failure kind and when the failure began.
 
     Arrays are read-only. Non-finite values after a blow-up are real values of the run, not
-    missing ones.
+    missing ones; steps where a dense signal was not measured at all (a frozen optimizer never
+    steps, so no update ratio is recorded) are named by :attr:`gaps` and hold NaN in the array.
 
     Attributes:
         name: Unique name, ``"{kind}-{difficulty}-{seed}"``.
@@ -113,6 +117,10 @@ class Curve:
             curves; empty for the other kinds and for the committed suite, which predates it).
         pred_steps: Steps at which a batch's predictions were sampled (int64; same curves).
         pred_top_share: Share of the most-predicted class in that batch, at ``pred_steps``.
+        gaps: ``{signal: bool array over steps}``, True where the dense signal (``loss``,
+            ``grad_norm``, ``lr`` or ``update_ratio``) was not measured; signals measured at
+            every step are absent. :meth:`signals` hands those steps to ``Monitor.scan`` as
+            masked entries (not measured), not as non-finite values.
     """
 
     name: str
@@ -138,6 +146,7 @@ class Curve:
     val_metric: np.ndarray = field(default_factory=lambda: np.zeros(0))
     pred_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     pred_top_share: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    gaps: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = self.total_steps
@@ -159,6 +168,10 @@ class Curve:
             raise ValueError("val_metric must be empty or have one value per val_steps entry")
         if self.pred_top_share.shape != self.pred_steps.shape:
             raise ValueError("pred_top_share and pred_steps must have the same length")
+        for key, mask in self.gaps.items():
+            if key not in _DENSE or mask.shape != (n,) or mask.dtype != np.bool_:
+                raise ValueError(f"gaps[{key!r}] must be a bool array of shape ({n},) for one of {_DENSE}")
+            mask.setflags(write=False)
         for field_name in (
             "steps", "loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss",
             "layer_grad_norms", "act_steps", "dead_frac", "saturation", "val_metric", "pred_steps",
@@ -185,12 +198,11 @@ class Curve:
             extra["val_metric"] = (self.val_steps, self.val_metric)
         if len(self.pred_top_share):
             extra["pred_top_share"] = (self.pred_steps, self.pred_top_share)
+        dense = {k: getattr(self, k) if k not in self.gaps else np.ma.MaskedArray(getattr(self, k), mask=self.gaps[k])
+                 for k in _DENSE}
         return {
             "step": self.steps,
-            "loss": self.loss,
-            "grad_norm": self.grad_norm,
-            "lr": self.lr,
-            "update_ratio": self.update_ratio,
+            **dense,
             "val_loss": (self.val_steps, self.val_loss),
             "layer_grad_norms": {name: self.layer_grad_norms[:, j] for j, name in enumerate(self.layer_names)},
             "activations": (
@@ -202,6 +214,44 @@ class Curve:
             ),
             **extra,
         }
+
+    def withheld(self, *signals: str) -> Curve:
+        """This run as a user who does not measure ``signals`` would record it.
+
+        A dense signal (``grad_norm``, ``lr``, ``update_ratio``) becomes a gap at every step
+        (:attr:`gaps`); ``val_loss`` (with ``val_metric``), ``layer_grad_norms`` and
+        ``activations`` (``dead_frac`` and ``saturation``) become empty; ``pred_top_share`` too.
+        The label is kept: the failure happened whether or not it was measured.
+
+        Raises:
+            ValueError: ``loss`` (every run has one) or a name that is not a signal of a curve.
+
+        Example:
+            >>> c = generate("stall", seed=0).withheld("update_ratio")
+            >>> bool(c.gaps["update_ratio"].all()), "update_ratio" in generate("stall", seed=0).gaps
+            (True, False)
+        """
+        known = ("grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "activations", "pred_top_share")
+        bad = [s for s in signals if s not in known]
+        if bad:
+            raise ValueError(f"signals: cannot withhold {bad[0]!r}; choose from {known}")
+        n = self.total_steps
+        change: dict[str, Any] = {}
+        gaps = dict(self.gaps)
+        for name in signals:
+            if name in _DENSE:
+                change[name] = np.full(n, np.nan)
+                gaps[name] = np.ones(n, dtype=bool)
+            elif name == "val_loss":
+                change.update(val_steps=np.zeros(0, dtype=np.int64), val_loss=np.zeros(0), val_metric=np.zeros(0))
+            elif name == "layer_grad_norms":
+                change.update(layer_names=(), layer_grad_norms=np.zeros((n, 0)))
+            elif name == "activations":
+                change.update(act_steps=np.zeros(0, dtype=np.int64), act_layer_names=(),
+                              dead_frac=np.zeros((0, 0)), saturation=np.zeros((0, 0)))
+            else:
+                change.update(pred_steps=np.zeros(0, dtype=np.int64), pred_top_share=np.zeros(0))
+        return dataclasses.replace(self, gaps=gaps, **change)
 
     def __repr__(self) -> str:
         return (
@@ -1177,6 +1227,15 @@ def _schema() -> Any:
     )
 
 
+def _cell(values: np.ndarray, gaps: np.ndarray | None) -> Any:
+    """A series as the values of its Arrow list cell: float32, a step not measured as a null."""
+    import pyarrow as pa
+
+    if gaps is None or not gaps.any():
+        return values.astype(np.float32)
+    return pa.array(values.astype(np.float32), type=pa.float32(), mask=gaps)
+
+
 def _check_f32(c: Curve) -> None:
     for field_name in ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "dead_frac", "saturation"):
         a = getattr(c, field_name)
@@ -1219,7 +1278,7 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
             for key in ("name", "kind", "difficulty", "seed", "onset_step", "total_steps", "first_nonfinite_step"):
                 cols[key].append(getattr(c, key))
             for key in ("loss", "grad_norm", "lr", "update_ratio", "val_loss"):
-                cols[key].append(getattr(c, key).astype(np.float32))
+                cols[key].append(_cell(getattr(c, key), c.gaps.get(key)))
             cols["val_steps"].append(c.val_steps.astype(np.int32))
             cols["act_steps"].append(c.act_steps.astype(np.int32))
             cols["layer_names"].append(list(c.layer_names))
@@ -1261,11 +1320,13 @@ def _resolve(directory: str | Path | None) -> Path:
     return path
 
 
-def _lists(col: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A list column as (offsets, flat values as numpy)."""
+def _lists(col: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A list column as (offsets, flat values as numpy with NaN for nulls, where they are null)."""
     arr = col.combine_chunks()
     offsets = np.asarray(arr.offsets)
-    return offsets, np.asarray(arr.values.to_numpy(zero_copy_only=False))
+    values = arr.values
+    nulls = np.asarray(values.is_null()) if values.null_count else np.zeros(len(values), dtype=bool)
+    return offsets, np.asarray(values.to_numpy(zero_copy_only=False)), nulls
 
 
 def _read_file(path: Path) -> dict[str, Curve]:
@@ -1288,8 +1349,16 @@ def _read_file(path: Path) -> dict[str, Curve]:
     out: dict[str, Curve] = {}
     for i, name in enumerate(cols["name"]):
         def one(k: str, dtype: Any = np.float64, i: int = i) -> np.ndarray:
-            off, vals = flat[k]
+            off, vals, _ = flat[k]
             return vals[off[i]:off[i + 1]].astype(dtype)
+
+        def gaps(i: int = i) -> dict[str, np.ndarray]:
+            out = {}
+            for k in _DENSE:
+                off, _, nulls = flat[k]
+                if nulls[off[i]:off[i + 1]].any():
+                    out[k] = nulls[off[i]:off[i + 1]].copy()
+            return out
 
         def two(k: str, i: int = i) -> np.ndarray:
             outer, inner, values = nested[k]
@@ -1319,6 +1388,7 @@ def _read_file(path: Path) -> dict[str, Curve]:
             dead_frac=two("dead_frac"),
             saturation=two("saturation"),
             first_nonfinite_step=int(cols["first_nonfinite_step"][i]),
+            gaps=gaps(),
         )
     return out
 

@@ -247,7 +247,9 @@ def to_curve(spec: RunSpec, rows: list[tuple[int, dict[str, float], Any, Any]], 
     """The run ``spec`` as a :class:`~trainsignals.curves.Curve`, labeled as intended, from the
     rows a :class:`Collector` recorded (one a step) and the watcher's layer names.
 
-    Every signal is stored as float32 values (in float64 arrays).
+    Every signal is stored as float32 values (in float64 arrays). Steps where the adapter did
+    not record a dense signal (a frozen optimizer never steps: no update ratio) are the curve's
+    ``gaps`` (NaN in the array): not measured, which is not a non-finite value.
 
     Raises:
         RuntimeError: the rows are not steps ``0 .. spec.steps - 1`` in order.
@@ -258,6 +260,9 @@ def to_curve(spec: RunSpec, rows: list[tuple[int, dict[str, float], Any, Any]], 
 
     def dense(key: str) -> np.ndarray:
         return _f32([r[1].get(key, math.nan) for r in rows])
+
+    gaps = {key: absent for key in ("loss", "grad_norm", "lr", "update_ratio")
+            if (absent := np.array([key not in r[1] for r in rows], dtype=bool)).any()}
 
     layer_names = tuple(watcher.layer_names)
     lgn = np.full((n, len(layer_names)), np.nan)
@@ -280,5 +285,5 @@ def to_curve(spec: RunSpec, rows: list[tuple[int, dict[str, float], Any, Any]], 
         update_ratio=dense("update_ratio"), val_steps=val_steps, val_loss=val_loss,
         layer_names=layer_names, layer_grad_norms=_f32(lgn), act_steps=act_steps,
         act_layer_names=act_names, dead_frac=_f32(dead), saturation=_f32(sat),
-        first_nonfinite_step=int(np.argmax(bad)) if bad.any() else -1,
+        first_nonfinite_step=int(np.argmax(bad)) if bad.any() else -1, gaps=gaps,
     )

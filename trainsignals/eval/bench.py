@@ -79,6 +79,7 @@ __all__ = [
     "RuleRate",
     "rule_rates",
     "rules_markdown",
+    "target_window",
     "judge",
     "main",
     "run_bench",
@@ -109,6 +110,20 @@ SUITE_TARGETS: dict[str, dict[str, float]] = {
     "heldout": {"detection_rate": 0.90, "healthy_alarm_rate": 0.03, "pre_onset_rate": 0.03},
     "real_heldout": {"detection_rate": 0.90, "healthy_alarm_rate": 0.03, "pre_onset_rate": 0.03},
 }
+
+def target_window(total_steps: int) -> int:
+    """The product's detection target for every kind: ``max(50, 10 % of total_steps)`` steps.
+
+    Stricter than :func:`~trainsignals.kinds.default_window` for the slow kinds (stall,
+    overfitting, silent collapse, dead units), whose default windows say when a rule can be
+    certain; ``bench --target-window`` scores every kind with this one instead.
+
+    Example:
+        >>> target_window(300), target_window(2000)
+        (50, 200)
+    """
+    return max(50, int(0.10 * total_steps))
+
 
 #: Suite names that stand for another folder of ``datasets``: ``heldout`` is ``datasets/real_heldout``.
 SUITE_ALIASES: dict[str, str] = {"heldout": "real_heldout"}
@@ -1044,6 +1059,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-curve", action="store_true", help="with --json, include every curve's verdict")
     parser.add_argument("--rules", action="store_true",
                         help="also print each detector's alarms per 10,000 healthy steps")
+    parser.add_argument("--target-window", action="store_true",
+                        help="count a detection only within max(50 steps, 10%% of the run) of the onset, for "
+                             "every kind (the product's target), instead of each kind's default window")
+    parser.add_argument("--withhold", action="append", default=[], metavar="SIGNAL",
+                        help="score the runs as if SIGNAL were never measured (repeatable; e.g. update_ratio, "
+                             "layer_grad_norms): the targets then say how the Monitor does without it")
     parser.add_argument("--leave-one-family-out", action="store_true",
                         help="calibrate without each family of --suite in turn and score that family with the "
                              "values found (trainsignals.eval.calibrate); in-sample figures beside them")
@@ -1068,7 +1089,17 @@ def run_from_args(args: argparse.Namespace) -> int:
             console.print(lofo.family_table())
             console.print(lofo.family_table("in-sample"))
         return 0
-    result = run_bench(suite=args.suite, baselines=not getattr(args, "no_baselines", False))
+    withheld = tuple(getattr(args, "withhold", ()) or ())
+    curves = None
+    if withheld:
+        curves = [c.withheld(*withheld) for c in _load_suite(args.suite)]
+        sys.stderr.write(f"scored without {', '.join(withheld)}\n")
+    windows = None
+    if getattr(args, "target_window", False):
+        windows = {k.value: target_window for k in Kind}
+        sys.stderr.write("detections counted within max(50 steps, 10% of the run) of the onset\n")
+    result = run_bench(suite=args.suite, baselines=not getattr(args, "no_baselines", False), curves=curves,
+                       windows=windows)
     unmet = result.check_targets()
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(per_curve=getattr(args, "per_curve", False)), indent=2))
