@@ -74,6 +74,12 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         grad = 10.0 ** (-2 * drop) * np.exp(rng.normal(0, 0.1, n))
         grad[::13] = np.nan
         return {"loss": 2.3 * 10.0 ** (-3 * drop) * np.exp(rng.normal(0, 0.05, n)), "grad_norm": grad}
+    if isinstance(det, ts.LRCollapseStall):  # cut 1000x at 200 (with gaps), back at 300, ramped down from 400
+        lr = np.full(n, 1e-3) * np.exp(rng.normal(0, 0.05, n))
+        lr[200:300] = 1e-6
+        lr[400:] = 1e-3 * 10.0 ** (-np.minimum(np.arange(n - 400), 30) / 10)
+        lr[::9] = np.nan
+        return {"lr": lr}
     if isinstance(det, ts.LRAnomaly):
         lr = np.full(n, 1e-3)
         lr[200:] = 0.1
@@ -134,6 +140,8 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "LRRiseEdgeOfStability": ts.LRRiseEdgeOfStability,
     "NonFinite": ts.NonFinite,
     "LRAnomaly": ts.LRAnomaly,
+    "LRCollapseStall": ts.LRCollapseStall,
+    "LRCollapseStall-cooldown": lambda: ts.LRCollapseStall(window=30, hold=5, cooldown=60),
     "UpdateRatioAboveBand": ts.UpdateRatioAboveBand,
     "UpdateRatioAboveBand-cooldown": lambda: ts.UpdateRatioAboveBand(cooldown=30),
     "UpdateRatioBelowBand": ts.UpdateRatioBelowBand,

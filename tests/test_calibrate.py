@@ -58,6 +58,11 @@ def test_written_file_round_trips(tmp_path, healthy):
     doc = json.loads(path.read_text())
     assert doc["entries"]["lr_anomaly"]["value"] == row.value
     assert doc["entries"]["lr_anomaly"]["per_10k"] == pytest.approx(row.per_10k)
+    other = cal.calibrate_entry("lr_collapse", healthy[:2], budget_per_10k=20.0)
+    cal.write_calibration([other], path, update=True)      # one entry re-measured: the rest kept
+    assert set(json.loads(path.read_text())["entries"]) == {"lr_anomaly", "lr_collapse"}
+    cal.write_calibration([other], path)
+    assert set(json.loads(path.read_text())["entries"]) == {"lr_collapse"}
 
 
 def test_leave_one_family_out_refuses_the_heldout_suite():

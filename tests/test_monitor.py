@@ -374,19 +374,26 @@ def _frozen_run(seed: int, cut: float, onset: int = 400, n: int = 900) -> dict[s
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_stall_is_told_from_convergence_by_the_update_ratio(seed):
+def test_stall_is_told_from_convergence_by_the_update_ratio_or_the_lr(seed):
     onset = 400  # patience: 10 % of the planned 900 steps
     sigs = _frozen_run(seed, 1e-4, onset)
-    stalls = [e for e in ts.Monitor(total_steps=900).scan(**sigs) if e.kind is ts.Kind.STALL]
-    assert stalls and onset < stalls[0].step <= onset + 300
-    assert "update ratio" in stalls[0].message
-    # the same loss and grad norm without the update ratio: a converged run looks the same
-    no_ratio = {k: v for k, v in sigs.items() if k != "update_ratio"}
-    assert not [e for e in ts.Monitor(total_steps=900).scan(**no_ratio) if e.kind is ts.Kind.STALL]
+
+    def stalls(**given):
+        return [e for e in ts.Monitor(total_steps=900).scan(**given) if e.kind is ts.Kind.STALL]
+
+    no_lr = {k: v for k, v in sigs.items() if k != "lr"}
+    found = stalls(**no_lr)
+    assert found and onset < found[0].step <= onset + 300 and "update ratio" in found[0].message
+    # the cut learning rate names the stall at once, with its cause, ratio or not
+    for given in (sigs, {k: v for k, v in sigs.items() if k != "update_ratio"}):
+        found = stalls(**given)
+        assert found and found[0].step <= onset + 15 and found[0].onset_step == onset and "lr fell" in found[0].message
+    # the same loss and grad norm alone: a converged run looks the same
+    assert not stalls(loss=sigs["loss"], grad_norm=sigs["grad_norm"])
     # a run that keeps learning at its rate stays quiet
     healthy = _frozen_run(seed, 1.0, onset)
     assert [e for e in ts.Monitor(total_steps=900).scan(**healthy) if e.severity != "info"] == []
     # streaming gives the same stall
     mon = ts.Monitor(total_steps=900)
     streamed = [e for i in range(len(sigs["loss"])) for e in mon.update(**{k: float(v[i]) for k, v in sigs.items()})]
-    assert [e for e in streamed if e.kind is ts.Kind.STALL][0].step == stalls[0].step
+    assert [e for e in streamed if e.kind is ts.Kind.STALL][0].step == stalls(**sigs)[0].step

@@ -18,6 +18,7 @@ from .level_shift import LevelShift
 from .level_step_overfitting import LevelStepOverfitting
 from .ljung_box_sawtooth import LjungBoxSawtooth
 from .lost_progress import LostProgress
+from .lr_collapse_stall import LRCollapseStall
 from .lr_rise_eos import LRRiseEdgeOfStability
 from .never_improved_plateau import NeverImprovedPlateau
 from .peak_ratio_spike import PeakRatioSpike
@@ -44,6 +45,7 @@ __all__ = [
     "Input",
     "Knob",
     "LRAnomaly",
+    "LRCollapseStall",
     "LRRiseEdgeOfStability",
     "LayerGradCliff",
     "LayerUpdateRatio",

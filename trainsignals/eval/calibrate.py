@@ -297,12 +297,18 @@ def settings_of(rows: Iterable[Calibrated]) -> dict[str, dict[str, Any]]:
     return {r.name: {r.param: r.value} for r in rows}
 
 
-def write_calibration(rows: Sequence[Calibrated], path: str | Path = CALIBRATION_FILE) -> Path:
-    """Write calibrated values as the JSON file the default suite reads."""
+def write_calibration(rows: Sequence[Calibrated], path: str | Path = CALIBRATION_FILE, *,
+                      update: bool = False) -> Path:
+    """Write calibrated values as the JSON file the default suite reads.
+
+    With ``update``, the file's other entries are kept and only ``rows``' entries replaced.
+    """
     path = Path(path)
+    entries = json.loads(path.read_text())["entries"] if update and path.exists() else {}
+    entries.update({r.name: {**asdict(r), "per_10k": r.per_10k} for r in rows})
     doc = {"budget_per_10k": rows[0].budget_per_10k if rows else BUDGET_PER_10K,
            "tuning_suites": list(TUNING_SUITES),
-           "entries": {r.name: {**asdict(r), "per_10k": r.per_10k} for r in rows}}
+           "entries": entries}
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return path
 
@@ -358,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m trainsignals.eval.calibrate``: print (and with ``--write`` store) the values."""
     p = argparse.ArgumentParser(prog="python -m trainsignals.eval.calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=BUDGET_PER_10K, help="alarms per 10,000 healthy steps per rule")
-    p.add_argument("--write", action="store_true", help=f"write {CALIBRATION_FILE.name} for the default suite")
+    p.add_argument("--write", action="store_true",
+                   help=f"write {CALIBRATION_FILE.name} for the default suite (with --entry: replace only those)")
     p.add_argument("--entry", action="append", help="calibrate only these default-suite entries")
     p.add_argument("--measure", action="store_true",
                    help="only measure each rule's healthy alarms at its default (what the package ships)")
@@ -372,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"({r.per_10k:.2f} per 10k, {r.runs_alarmed} runs, {r.steps} steps)"
               + (f" [{r.limit}]" if r.limit else ""))
     if args.write:
-        print(f"wrote {write_calibration(rows)}")
+        print(f"wrote {write_calibration(rows, update=bool(args.entry))}")
     return 0
 
 
