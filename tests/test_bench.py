@@ -428,6 +428,23 @@ def test_cli_withhold_and_target_window(monkeypatch: pytest.MonkeyPatch, capsys:
         curves[0].withheld("loss")
 
 
+def test_rows_split_healthy_runs_relabelled_from_an_injected_fault() -> None:
+    import dataclasses
+
+    from trainsignals.curves import generate
+
+    quiet = generate("healthy", 3, "easy")
+    cut = quiet.lr.copy()
+    cut[300:] *= 1e-4                                # a cut that stayed invisible in the loss
+    relabelled = dataclasses.replace(quiet, name="healthy-mlp-3-nofault-stall", lr=cut)
+    res = bench.run_bench(curves=[quiet, relabelled], baselines=False)
+    rows = dict(res.rows())
+    assert rows["healthy: any alarm (n=2)"] == ["50.0%"]
+    assert rows["healthy, never injected: any alarm (n=1)"] == ["0.0%"]
+    assert rows["healthy, a fault injected, no visible effect: any alarm (n=1)"] == ["100.0%"]
+    assert not any(label.startswith("healthy,") for label, _ in bench.run_bench(curves=[quiet], baselines=False).rows())
+
+
 # --------------------------------------------------------------------------- the real thing
 
 

@@ -265,6 +265,16 @@ class CurveResult:
         """Whether the detector raised any alarm on the curve."""
         return bool(self.alarms)
 
+    @property
+    def injected_healthy(self) -> bool:
+        """A healthy label given to a run whose fault made no visible difference to its twin.
+
+        The held-out builder relabels such a run healthy and names it ``...-nofault-<kind>``
+        (:mod:`trainsignals.curves.families`): the fault's cause (a cut learning rate, a frozen
+        optimizer) is in its signals even where its loss does not show it.
+        """
+        return self.healthy and "-nofault-" in self.name
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (alarms as ``[step, kind, onset]`` triples)."""
         return {
@@ -780,6 +790,13 @@ class BenchResult:
                 [_pct(s.healthy_alarm_rate) for s in scores],
             )
         )
+        injected = [r for r in any_score.curves if r.injected_healthy]
+        if injected:  # the healthy figure split: never injected, and injected without visible effect
+            for label, pick in (("never injected", False), ("a fault injected, no visible effect", True)):
+                n = sum(r.injected_healthy == pick for r in any_score.curves if r.healthy)
+                out.append((f"healthy, {label}: any alarm (n={n})", [_pct(_rate(
+                    sum(r.any_alarm for r in s.curves if r.healthy and r.injected_healthy == pick), n))
+                    for s in scores]))
         out.append(
             (
                 f"faulty: alarm before onset (n={any_score.n_faulty})",
