@@ -216,6 +216,24 @@ def test_steps_not_measured_round_trip_as_nulls_and_reach_scan_as_gaps(tmp_path:
         dataclasses.replace(base, gaps={"val_loss": gaps})
 
 
+def test_sampled_is_a_log_of_block_means_and_last_values() -> None:
+    c = generate("divergence", 2, "medium")
+    s = c.sampled(25)
+    ends = np.arange(24, c.total_steps, 25)
+    assert np.array_equal(np.flatnonzero(~s.gaps["loss"]), ends) and np.array_equal(np.flatnonzero(~s.gaps["lr"]), ends)
+    block = np.asarray(c.loss[:25], dtype=np.float64)
+    assert s.loss[24] == pytest.approx(block.mean(), rel=1e-6)      # the logged loss: the block's mean
+    assert s.grad_norm[49] == c.grad_norm[49] and s.lr[49] == c.lr[49]   # the others: the block's last value
+    assert s.layer_names == () and s.act_layer_names == () and np.array_equal(s.val_steps, c.val_steps)
+    sig = s.signals()
+    assert "layer_grad_norms" not in sig and "activations" not in sig
+    assert int(np.ma.count(sig["loss"])) == len(ends)
+    assert s.kind == c.kind and s.onset_step == c.onset_step      # the label is the run's
+    assert c.sampled(1).loss.tolist() == c.loss.tolist()
+    with pytest.raises(ValueError, match="every"):
+        c.sampled(0)
+
+
 def test_write_refuses_duplicate_names(tmp_path: Path) -> None:
     c = generate("stall", 0)
     with pytest.raises(ValueError, match="unique"):

@@ -190,10 +190,17 @@ class Curve:
         Returns:
             ``{"step", "loss", "grad_norm", "lr", "update_ratio", "val_loss": (steps, values),
             "layer_grad_norms": {layer: norms}, "activations": (steps, {layer: {"dead_frac":
-            ..., "saturation": ...}})}``, and ``"val_metric"``, ``"pred_top_share"`` as
-            ``(steps, values)`` pairs where the curve has them.
+            ..., "saturation": ...}})}`` (the per-layer ones where the curve has layers), and
+            ``"val_metric"``, ``"pred_top_share"`` as ``(steps, values)`` pairs where the curve
+            has them.
         """
         extra: dict[str, Any] = {}
+        if self.layer_names:
+            extra["layer_grad_norms"] = {name: self.layer_grad_norms[:, j] for j, name in enumerate(self.layer_names)}
+        if self.act_layer_names:
+            extra["activations"] = (self.act_steps, {
+                name: {"dead_frac": self.dead_frac[:, j], "saturation": self.saturation[:, j]}
+                for j, name in enumerate(self.act_layer_names)})
         if len(self.val_metric):
             extra["val_metric"] = (self.val_steps, self.val_metric)
         if len(self.pred_top_share):
@@ -204,14 +211,6 @@ class Curve:
             "step": self.steps,
             **dense,
             "val_loss": (self.val_steps, self.val_loss),
-            "layer_grad_norms": {name: self.layer_grad_norms[:, j] for j, name in enumerate(self.layer_names)},
-            "activations": (
-                self.act_steps,
-                {
-                    name: {"dead_frac": self.dead_frac[:, j], "saturation": self.saturation[:, j]}
-                    for j, name in enumerate(self.act_layer_names)
-                },
-            ),
             **extra,
         }
 
@@ -252,6 +251,46 @@ class Curve:
             else:
                 change.update(pred_steps=np.zeros(0, dtype=np.int64), pred_top_share=np.zeros(0))
         return dataclasses.replace(self, gaps=gaps, **change)
+
+    def sampled(self, every: int) -> Curve:
+        """This run as a logger that writes one row every ``every`` steps would record it.
+
+        As Hugging Face's Trainer and Lightning log: at the last step of each block of
+        ``every`` steps the loss is the block's mean, the grad norm, learning rate and update
+        ratio that step's values; every other step is a gap (:attr:`gaps`). Validation keeps its
+        own cadence; per-layer signals and activations are left out (such logs have none).
+        Replay such a stream as :func:`trainsignals.io.report.replay` does, with
+        ``Monitor(total_steps=<rows logged>)``.
+
+        Raises:
+            ValueError: ``every`` below 1.
+
+        Example:
+            >>> c = generate("healthy", seed=0).sampled(10)
+            >>> int((~c.gaps["loss"]).sum()) == c.total_steps // 10, bool(c.gaps["lr"][9])
+            (True, False)
+        """
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be an integer >= 1, got {every!r}")
+        n = self.total_steps
+        ends = np.arange(every - 1, n, every)
+        logged = np.zeros(n, dtype=bool)
+        logged[ends] = True
+        change: dict[str, Any] = {}
+        gaps = {}
+        for name in _DENSE:
+            a = np.asarray(getattr(self, name), dtype=np.float64)
+            out = np.full(n, np.nan)
+            if name == "loss":
+                with np.errstate(invalid="ignore"):
+                    out[ends] = a[:len(ends) * every].reshape(len(ends), every).mean(axis=1) if len(ends) else a[ends]
+                out = out.astype(np.float32).astype(np.float64)
+            else:
+                out[ends] = a[ends]
+            change[name] = out
+            gaps[name] = ~logged | (self.gaps[name] if name in self.gaps else False)
+        return dataclasses.replace(
+            self.withheld("layer_grad_norms", "activations"), gaps=gaps, **change)
 
     def __repr__(self) -> str:
         return (

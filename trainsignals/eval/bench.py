@@ -1079,6 +1079,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-window", action="store_true",
                         help="count a detection only within max(50 steps, 10%% of the run) of the onset, for "
                              "every kind (the product's target), instead of each kind's default window")
+    parser.add_argument("--log-every", type=int, default=1, metavar="N",
+                        help="score the runs as logged every N steps (the loss a block's mean, other signals "
+                             "the block's last value, no per-layer signals), replayed as imported logs are: "
+                             "Monitor(total_steps=<rows logged>)")
     parser.add_argument("--withhold", action="append", default=[], metavar="SIGNAL",
                         help="score the runs as if SIGNAL were never measured (repeatable; e.g. update_ratio, "
                              "layer_grad_norms): the targets then say how the Monitor does without it")
@@ -1115,8 +1119,16 @@ def run_from_args(args: argparse.Namespace) -> int:
     if getattr(args, "target_window", False):
         windows = {k.value: target_window for k in Kind}
         sys.stderr.write("detections counted within max(50 steps, 10% of the run) of the onset\n")
+    every = int(getattr(args, "log_every", 1) or 1)
+    detectors = None
+    if every > 1:
+        curves = [c.sampled(every) for c in (curves if curves is not None else _load_suite(args.suite))]
+        factory = _default_monitor_factory()
+        detectors = {"trainsignals": lambda total_steps=None: factory(  # noqa: E731 - the replay's plan
+            total_steps=None if total_steps is None else max(1, total_steps // every))}
+        sys.stderr.write(f"scored as logged every {every} steps\n")
     result = run_bench(suite=args.suite, baselines=not getattr(args, "no_baselines", False), curves=curves,
-                       windows=windows)
+                       windows=windows, detectors=detectors)
     unmet = result.check_targets()
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(per_curve=getattr(args, "per_curve", False)), indent=2))
