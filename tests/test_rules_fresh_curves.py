@@ -54,7 +54,7 @@ GENERATED = [
     (ts.BreakoutOverfitting, "overfitting", DIFFICULTIES, 0.8),
 ]
 RULES = [ts.EarlyClimbDivergence, ts.TrendDivergence, ts.LostProgress, ts.GradLossDecoupling, ts.JointCollapse,
-         ts.BreakoutOverfitting, ts.LevelStepOverfitting, ts.MemorisationClimbOverfitting]
+         ts.BreakoutOverfitting, ts.LevelStepOverfitting, ts.MemorisationClimbOverfitting, ts.LRCollapseStall]
 
 
 @pytest.mark.parametrize(("rule", "kind", "difficulties", "least"), GENERATED, ids=lambda x: getattr(x, "__name__", None))
@@ -136,3 +136,41 @@ def test_overfitting_rule_catches_its_run_within_six_evaluations(rule, make):
         assert all(e.onset_step == best for e in evs), [(e.step, e.onset_step) for e in evs]
         caught += bool(evs) and evs[0].step <= best + 6 * 50
     assert caught >= 0.9 * len(SEEDS), caught
+
+
+def schedule(seed: int, n: int = 1000) -> np.ndarray:
+    """A healthy learning-rate schedule: constant, cosine to 0, warm restarts, linear decay to 0,
+    a step decay x0.1 twice, or one-cycle (up 25x, then down to 1e-4 of the start), with jitter."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / n
+    kind = seed % 6
+    if kind == 0:
+        f = np.ones(n)
+    elif kind == 1:
+        f = 0.5 * (1 + np.cos(np.pi * t))
+    elif kind == 2:
+        f = 0.5 * (1 + np.cos(np.pi * ((4 * t) % 1)))
+    elif kind == 3:
+        f = 1 - t
+    elif kind == 4:
+        f = np.where(t < 0.5, 1.0, np.where(t < 0.75, 0.1, 0.01))
+    else:
+        f = np.where(t < 0.3, 1 + 24 * t / 0.3, 1e-4 + (25 - 1e-4) * 0.5 * (1 + np.cos(np.pi * (t - 0.3) / 0.7)))
+    return 10.0 ** rng.uniform(-4, -1) * f * np.exp(rng.normal(0, 0.01, n))
+
+
+def test_lr_collapse_names_a_cut_at_once_and_stays_quiet_on_schedules():
+    caught = early = quiet = 0
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        lr = schedule(seed + 1)
+        onset = int(rng.integers(200, 600))
+        ramp = int(rng.choice([1, 5, 30]))
+        cut = 10.0 ** rng.uniform(-6, -3)
+        f = cut ** np.clip((np.arange(len(lr)) - onset + 1) / ramp, 0, 1)
+        evs = ts.LRCollapseStall().scan(lr=lr * f)
+        caught += any(e.kind is ts.Kind.STALL and onset <= e.step <= onset + 100 for e in evs)  # max(50, 10 % of 1000)
+        early += any(e.step < onset for e in evs)
+        quiet += not ts.LRCollapseStall().scan(lr=lr)
+    assert caught / len(SEEDS) >= 0.9 and early == 0
+    assert quiet == len(SEEDS)
