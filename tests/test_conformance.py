@@ -44,7 +44,8 @@ ALL_CLASSES = _all_detector_classes()
 
 def test_every_detector_module_class_is_found():
     names = {c.__name__ for c in ALL_CLASSES}
-    assert {"EWMAZSpike", "PeakRatioSpike", "LevelShift", "BreakoutOverfitting", "LayerGradCliff", "ActivationHealth",
+    assert {"EWMAZSpike", "PeakRatioSpike", "LevelShift", "BreakoutOverfitting", "MedianGapGradCliff", "OwnDropGradCliff",
+            "ZeroFractionDeadUnits", "FlatFractionSaturation",
             "NonFinite"} <= names
     assert len(names) >= 13
 
@@ -218,10 +219,14 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.LevelStepOverfitting, "train_fall", 1.0),
         (ts.MemorisationClimbOverfitting, "rises", 1),
         (ts.MemorisationClimbOverfitting, "cooldown", -1),
-        (ts.LayerGradCliff, "gap", 0),
+        (ts.MedianGapGradCliff, "gap", 0),
+        (ts.OwnDropGradCliff, "drop", 0),
+        (ts.OwnDropGradCliff, "cooldown", -1),
         (ts.LayerUpdateRatio, "drop", -1.0),
         (ts.LayerUpdateRatio, "warmup", 0),
-        (ts.ActivationHealth, "dead_threshold", 1.5),
+        (ts.ZeroFractionDeadUnits, "threshold", 1.5),
+        (ts.FlatFractionSaturation, "patience", 0),
+        (ts.FlatFractionSaturation, "cooldown", -1),
         (ts.TopShareCollapse, "rise", 1.0),
         (ts.TopShareCollapse, "cooldown", -1),
         (ts.ValMetricChance, "mode", "up"),
@@ -244,15 +249,16 @@ def test_every_detector_is_in_the_protocol(name):
     assert isinstance(det, ts.DetectorProtocol)
 
 
-def test_vector_detectors_state_and_pickle():
+@pytest.mark.parametrize("cls", [ts.MedianGapGradCliff, ts.OwnDropGradCliff])
+def test_vector_detectors_state_and_pickle(cls):
     rng = np.random.default_rng(3)
     norms = np.exp(rng.normal(0, 0.2, (300, 6)))
     norms[150:, 0] *= 1e-5
-    det = ts.LayerGradCliff()
+    det = cls()
     evs = [det.update(layer_grad_norms={f"l{j}": v for j, v in enumerate(row)}, step=t)
            for t, row in enumerate(norms[:100])]
     snap = json.loads(json.dumps(det.state_dict()))
-    twin = ts.LayerGradCliff()
+    twin = cls()
     twin.load_state_dict(snap)
     again = pickle.loads(pickle.dumps(det))
     rest = [[d.update(layer_grad_norms={f"l{j}": v for j, v in enumerate(row)}, step=100 + t)
@@ -286,20 +292,21 @@ def _vector_cases():
     stepped = {s: float(np.exp(-min(s, 150) / 300) * (1.4 if s > 150 else 1.0) * (1 + 0.01 * np.sin(s)))
                for s in range(0, n, 20)}  # the validation loss jumps onto a level 40 % higher
     return [
-        ("LayerGradCliff", ts.LayerGradCliff,
-         lambda d, t: d.update(layer_grad_norms={k: float(v) for k, v in zip(names, norms[t])}, step=t),
-         lambda d, lo, hi: d.scan(layer_grad_norms={k: norms[lo:hi, j] for j, k in enumerate(names)},
-                                  steps=np.arange(lo, hi))),
+        *[(cls.__name__, cls,
+           lambda d, t: d.update(layer_grad_norms={k: float(v) for k, v in zip(names, norms[t])}, step=t),
+           lambda d, lo, hi: d.scan(layer_grad_norms={k: norms[lo:hi, j] for j, k in enumerate(names)},
+                                    steps=np.arange(lo, hi))) for cls in (ts.MedianGapGradCliff, ts.OwnDropGradCliff)],
         ("LayerUpdateRatio", ts.LayerUpdateRatio,
          lambda d, t: d.update(layer_update_ratios={k: float(v) for k, v in zip(names, ratios[t])}, step=t),
          lambda d, lo, hi: d.scan(layer_update_ratios={k: ratios[lo:hi, j] for j, k in enumerate(names)},
                                   steps=np.arange(lo, hi))),
-        ("ActivationHealth", ts.ActivationHealth,
-         lambda d, t: d.update(activations={"relu": {"dead_frac": float(dead[t]), "saturation": 0.0},
-                                            "tanh": {"dead_frac": 0.0, "saturation": float(sat[t])}}, step=t),
-         lambda d, lo, hi: d.scan(activations={"relu": {"dead_frac": dead[lo:hi], "saturation": np.zeros(hi - lo)},
-                                               "tanh": {"dead_frac": np.zeros(hi - lo), "saturation": sat[lo:hi]}},
-                                  steps=np.arange(lo, hi))),
+        *[(cls.__name__, cls,
+           lambda d, t: d.update(activations={"relu": {"dead_frac": float(dead[t]), "saturation": 0.0},
+                                              "tanh": {"dead_frac": 0.0, "saturation": float(sat[t])}}, step=t),
+           lambda d, lo, hi: d.scan(activations={"relu": {"dead_frac": dead[lo:hi], "saturation": np.zeros(hi - lo)},
+                                                 "tanh": {"dead_frac": np.zeros(hi - lo), "saturation": sat[lo:hi]}},
+                                    steps=np.arange(lo, hi)))
+          for cls in (ts.ZeroFractionDeadUnits, ts.FlatFractionSaturation)],
         _val_case("BreakoutOverfitting", ts.BreakoutOverfitting, loss, val),
         _val_case("MemorisationClimbOverfitting", ts.MemorisationClimbOverfitting, collapsing, val),
         _val_case("LevelStepOverfitting", ts.LevelStepOverfitting, collapsing, stepped),

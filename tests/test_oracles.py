@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainsignals.detectors._layer_levels import middle
 from trainsignals.detectors._ops import ewma, ewvar
 from trainsignals.detectors._trend import window_trend
-from trainsignals.detectors.layer_cliff import middle
 
 statsmodels_api = pytest.importorskip("statsmodels.api")
 

@@ -117,7 +117,7 @@ def event(step: int, kind: ts.Kind = ts.Kind.LOSS_SPIKE, value: float = 2.0, lay
 def test_round_trip_every_column(tmp_path):
     p = tmp_path / "run.arrow"
     ev_nan = make_event(ts.Kind.NONFINITE, "critical", 2, 2, "NonFinite", "loss", math.nan, math.inf, "nan")
-    ev_layer = make_event(ts.Kind.VANISHING_GRADIENT, "warning", 2, 1, "LayerGradCliff",
+    ev_layer = make_event(ts.Kind.VANISHING_GRADIENT, "warning", 2, 1, "MedianGapGradCliff",
                           "layer_grad_norms[fc1]", -6.5, 3.0, "cliff", layer="fc1")
     meta = {"framework": "numpy", "model": "mlp", "config": {"lr": 0.1, "layers": [2, 3]}, "np": np.float32(0.5)}
     with TraceWriter(p, metadata=meta, flush_every=2) as w:

@@ -17,7 +17,8 @@ class LayerValues(Mapping[str, float]):
     layers. A ``LayerValues`` is accepted wherever a per-layer mapping is
     (``layer_grad_norms=``, ``layer_update_ratios=``) and hands the Monitor its vector as is.
     As a mapping it behaves like the equivalent ``dict`` (iteration in layer order, lookup by
-    name, ``==`` with a dict).
+    name, ``==`` with a dict). It is a value: its vector must not change once it was passed
+    (what the detectors derive from it is computed once and shared).
 
     Args:
         names: the layer names, in the vector's order (a tuple is kept as is: pass the same
@@ -35,7 +36,7 @@ class LayerValues(Mapping[str, float]):
         (0.25, ['fc1.weight', 'fc2.weight'], True)
     """
 
-    __slots__ = ("names", "array", "_index")
+    __slots__ = ("names", "array", "shared", "_index", "_log")
 
     def __init__(self, names: Sequence[str], values: Any) -> None:
         self.names: tuple[str, ...] = names if isinstance(names, tuple) else tuple(names)
@@ -47,7 +48,30 @@ class LayerValues(Mapping[str, float]):
             raise ValueError(f"LayerValues needs one value per name: {len(self.names)} names, "
                              f"values of shape {arr.shape}")
         self.array: np.ndarray = arr
+        #: scratch space for results derived from this value (read-only arrays, keyed by their recipe),
+        #: so that the detectors reading it in one step compute each of them once
+        self.shared: dict[Any, Any] = {}
         self._index: dict[str, int] | None = None
+        self._log: tuple[float, np.ndarray] | None = None
+
+    def log10(self, floor: float = 0.0) -> np.ndarray:
+        """``log10`` of the values, each taken at least ``floor`` (a zero or negative value gives a
+        non-finite one), as a read-only vector computed once per value and floor: every detector
+        reading this value in a step shares it.
+
+        Example:
+            >>> LayerValues(("a", "b"), [100.0, 0.0]).log10(1e-30).tolist()
+            [2.0, -30.0]
+        """
+        got = self._log
+        if got is not None and got[0] == floor:
+            return got[1]
+        x = np.maximum(self.array, floor) if floor else self.array
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.log10(x)
+        u.flags.writeable = False
+        self._log = (floor, u)
+        return u
 
     def __getitem__(self, name: str) -> float:
         if self._index is None:

@@ -149,7 +149,7 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
         vec, keys = value.array, value.names
     elif isinstance(value, Mapping):
         keys = tuple(value)
-        if keys != known:
+        if keys is not known and keys != known:
             keys = tuple(str(k) for k in keys)
         try:
             vec = np.fromiter((float(v) for v in value.values()), dtype=np.float64, count=len(keys))
@@ -160,7 +160,7 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
             raise TypeError(f"{name} must be a mapping or a sequence of numbers, got {type(value).__name__}")
         vec = _vector(name, value)
         keys = known if known is not None and len(known) == len(vec) else tuple(f"layer{i}" for i in range(len(vec)))
-    if known is not None and keys != known:
+    if known is not None and keys is not known and keys != known:
         raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
     if SIGNALS[name].nonneg and len(vec) and vec.min() < 0:
         raise ValueError(f"{name} must be >= 0")
@@ -208,20 +208,21 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
     elif not isinstance(value, Mapping):
         raise TypeError("activations must be a mapping {layer: {'dead_frac': f, 'saturation': f}}")
     elif value and all(k in _ALL_ACT_STATS for k in value) and not any(isinstance(v, Mapping) for v in value.values()):
-        cols = {str(k): _vector(f"activations[{k!r}]", v) for k, v in value.items()}
+        cols = {str(k): v if type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 1
+                else _vector(f"activations[{k!r}]", v) for k, v in value.items()}
         lens = {len(c) for c in cols.values()}
         if len(lens) != 1:
             raise ValueError(f"activations vectors must have one value per layer, got lengths {sorted(lens)}")
         n = lens.pop()
         names = known if known is not None and len(known) == n else tuple(f"layer{i}" for i in range(n))
-        mat = np.full((2, n), np.nan)
+        mat = np.empty((2, n))
         for r, key in enumerate(ACT_STATS):
-            if key in cols:
-                mat[r] = cols[key]
-        bad = np.isfinite(mat) & ((mat < 0.0) | (mat > 1.0))
-        if bad.any():
-            r = int(np.nonzero(bad.any(axis=1))[0][0])
-            raise ValueError(f"activations[{ACT_STATS[r]!r}] must hold fractions in [0, 1]")
+            mat[r] = cols.get(key, np.nan)
+        if n and not (mat.min() >= 0.0 and mat.max() <= 1.0):  # a non-finite value, or one out of range
+            bad = np.isfinite(mat) & ((mat < 0.0) | (mat > 1.0))
+            if bad.any():
+                r = int(np.nonzero(bad.any(axis=1))[0][0])
+                raise ValueError(f"activations[{ACT_STATS[r]!r}] must hold fractions in [0, 1]")
     else:
         names = tuple(str(k) for k in value)
         mat = np.full((2, len(names)), np.nan)
@@ -231,7 +232,7 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
             for r, key in enumerate(ACT_STATS):
                 if key in stats and stats[key] is not None:
                     mat[r, j] = _fraction(f"activations[{names[j]!r}][{key!r}]", stats[key])
-    if known is not None and names != known:
+    if known is not None and names is not known and names != known:
         raise ValueError(f"activations layers changed: expected {list(known)}, got {list(names)}")
     return value if type(value) is LayerStats else LayerStats(names, mat)
 

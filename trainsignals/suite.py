@@ -24,17 +24,16 @@ from ._calibration import calibrated as _calibrated
 from ._validate import check_choice, check_range
 from .detectors import (
     AbruptPlateau,
-    ActivationHealth,
     BreakoutOverfitting,
     Detector,
     EarlyClimbDivergence,
     EWMAZSpike,
+    FlatFractionSaturation,
     FrozenUpdatePlateau,
     GradCollapsePlateau,
     GradCollapseSlowdown,
     GradLossDecoupling,
     JointCollapse,
-    LayerGradCliff,
     LayerUpdateRatio,
     LevelShift,
     LevelStepOverfitting,
@@ -43,9 +42,11 @@ from .detectors import (
     LRAnomaly,
     LRCollapseStall,
     LRRiseEdgeOfStability,
+    MedianGapGradCliff,
     MemorisationClimbOverfitting,
     NeverImprovedPlateau,
     NonFinite,
+    OwnDropGradCliff,
     PeakRatioSpike,
     SwingRatioEdgeOfStability,
     TopShareCollapse,
@@ -53,6 +54,7 @@ from .detectors import (
     UpdateRatioAboveBand,
     UpdateRatioBelowBand,
     ValMetricChance,
+    ZeroFractionDeadUnits,
 )
 
 __all__ = ["default_suite", "SUITE_NAMES"]
@@ -101,9 +103,11 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("breakout_overfitting", BreakoutOverfitting, {}, None),
     ("level_step_overfitting", LevelStepOverfitting, {}, None),
     ("climb_overfitting", MemorisationClimbOverfitting, {}, None),
-    ("layer_cliff", LayerGradCliff, {}, None),
+    ("layer_cliff_gap", MedianGapGradCliff, {}, None),
+    ("layer_cliff_drop", OwnDropGradCliff, {}, None),
     ("layer_update_ratio", LayerUpdateRatio, {}, None),
-    ("activations", ActivationHealth, {}, None),
+    ("dead_units", ZeroFractionDeadUnits, {}, None),
+    ("saturation", FlatFractionSaturation, {}, None),
     ("pred_collapse", TopShareCollapse, {}, None),
     ("val_metric_chance", ValMetricChance, {}, None),
 )

@@ -2,17 +2,16 @@
 
 from ._base import Detector, DetectorProtocol, Input, Knob
 from .abrupt_plateau import AbruptPlateau
-from .activation_health import ActivationHealth
 from .breakout_overfitting import BreakoutOverfitting
 from .climb_overfitting import MemorisationClimbOverfitting
 from .early_climb import EarlyClimbDivergence
 from .ewma_z_spike import EWMAZSpike
+from .flat_fraction_saturation import FlatFractionSaturation
 from .frozen_update_plateau import FrozenUpdatePlateau
 from .grad_collapse_plateau import GradCollapsePlateau
 from .grad_collapse_slowdown import GradCollapseSlowdown
 from .grad_decoupling import GradLossDecoupling
 from .joint_collapse import JointCollapse
-from .layer_cliff import LayerGradCliff
 from .layer_ratio import LayerUpdateRatio
 from .level_shift import LevelShift
 from .level_step_overfitting import LevelStepOverfitting
@@ -20,7 +19,9 @@ from .ljung_box_sawtooth import LjungBoxSawtooth
 from .lost_progress import LostProgress
 from .lr_collapse_stall import LRCollapseStall
 from .lr_rise_eos import LRRiseEdgeOfStability
+from .median_gap_cliff import MedianGapGradCliff
 from .never_improved_plateau import NeverImprovedPlateau
+from .own_drop_cliff import OwnDropGradCliff
 from .peak_ratio_spike import PeakRatioSpike
 from .rank_outliers import RankOutliers
 from .simple import LRAnomaly, NonFinite
@@ -30,10 +31,10 @@ from .trend_divergence import TrendDivergence
 from .update_ratio_above_band import UpdateRatioAboveBand
 from .update_ratio_below_band import UpdateRatioBelowBand
 from .val_metric_chance import ValMetricChance
+from .zero_fraction_dead_units import ZeroFractionDeadUnits
 
 __all__ = [
     "AbruptPlateau",
-    "ActivationHealth",
     "BreakoutOverfitting",
     "Detector",
     "DetectorProtocol",
@@ -42,12 +43,14 @@ __all__ = [
     "GradCollapsePlateau",
     "GradCollapseSlowdown",
     "EWMAZSpike",
+    "FlatFractionSaturation",
     "Input",
     "Knob",
     "LRAnomaly",
     "LRCollapseStall",
     "LRRiseEdgeOfStability",
-    "LayerGradCliff",
+    "MedianGapGradCliff",
+    "OwnDropGradCliff",
     "LayerUpdateRatio",
     "NeverImprovedPlateau",
     "LevelShift",
@@ -58,6 +61,7 @@ __all__ = [
     "UpdateRatioAboveBand",
     "UpdateRatioBelowBand",
     "ValMetricChance",
+    "ZeroFractionDeadUnits",
     "GradLossDecoupling",
     "JointCollapse",
     "LevelStepOverfitting",

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .._events import Event, Kind, make_event
-from ._base import Input
-from .layer_cliff import LayerGradCliff, middle
+from .._validate import check_range
+from ._base import Input, Knob, _jsonable
+from ._layer_levels import CALM, LayerLevels, middle
 
 
-class LayerUpdateRatio(LayerGradCliff):
+class LayerUpdateRatio(LayerLevels):
     """Flags a layer whose update ratio ``||dw|| / ||w||`` left the band the other layers keep.
 
     The update ratio says how fast each layer learns: about 1e-4..1e-3 a step in a healthy run,
@@ -21,7 +22,7 @@ class LayerUpdateRatio(LayerGradCliff):
     collapsed toward zero, or its learning rate is far too high for it).
 
     Per layer, on ``u = log10(ratio)``, a fast and a slow EWMA (weights ``fast``, ``slow``) are
-    kept as NumPy vectors, as in :class:`LayerGradCliff`. A layer is
+    kept as NumPy vectors, as in :class:`~trainsignals.MedianGapGradCliff`. A layer is
 
     * **low** (``update_ratio_low``) when its fast level is at least ``gap`` decades below the
       median layer, or it fell ``drop`` decades below its own slow level while the median layer
@@ -66,41 +67,53 @@ class LayerUpdateRatio(LayerGradCliff):
         [('update_ratio_low', 101, 'layer0'), ('update_ratio_high', 303, 'layer3')]
     """
 
-    _state_keys = ("n", "names", "f", "s", "calm", "calm_hi", "rep", "rep_hi", "cooldown_left", "last_step")
+    _state_keys: ClassVar[tuple[str, ...]] = ("n", "names", "f", "s", "calm", "calm_hi", "rep", "rep_hi",
+                                              "cooldown_left", "last_step")
+    knob = Knob("gap", 1.0, 10.0, log=False)
     inputs = (Input("layer_update_ratios"),)
     _floor = 1e-30  # a layer that did not move at all is a very low ratio, not a missing one
 
     def __init__(self, gap: float = 3.0, drop: float = 2.0, fast: float = 0.3, slow: float = 0.01,
                  warmup: int = 10, cooldown: int = 0) -> None:
-        super().__init__(gap=gap, drop=drop, fast=fast, slow=slow, warmup=warmup, cooldown=cooldown)
+        check_range("gap", gap, 0, None, lo_open=True)
+        check_range("drop", drop, 0, None, lo_open=True)
+        self.gap, self.drop = gap, drop
+        self._setup(fast, slow, warmup, cooldown)
 
     def _reset(self) -> None:
         super()._reset()
+        self._cooldown_left = 0  # values (not steps) still quiet after an event
         self._calm_hi = np.zeros(0, dtype=np.int64)
         self._rep = np.zeros(0, dtype=bool)     # layers reported low, not yet back in band
         self._rep_hi = np.zeros(0, dtype=bool)  # layers reported high, not yet back in band
 
+    def _get_state(self) -> dict[str, Any]:
+        st = {k: _jsonable(getattr(self, "_" + k)) for k in self._state_keys if k not in ("f", "s")}
+        return {**st, "f": self._fs[0].tolist(), "s": self._fs[1].tolist()}
+
     def _set_state(self, state: dict[str, Any]) -> None:
-        super()._set_state(state)
+        self._n, self._last_step = int(state["n"]), int(state["last_step"])
+        self._cooldown_left = int(state["cooldown_left"])
+        self._names = tuple(state["names"]) if state["names"] is not None else None
+        self._fs = np.array([state["f"], state["s"]], dtype=np.float64).reshape(2, -1)
+        self._calm = np.asarray(state["calm"], dtype=np.int64)
         self._calm_hi = np.asarray(state["calm_hi"], dtype=np.int64)
         self._rep = np.asarray(state["rep"], dtype=bool)
         self._rep_hi = np.asarray(state["rep_hi"], dtype=bool)
 
-    def _row(self, vec: np.ndarray, step: int) -> Event | None:
-        if len(self._calm_hi) != len(vec) or self._n == 0:
-            self._calm_hi = np.full(len(vec), step, dtype=np.int64)
-            self._rep = np.zeros(len(vec), dtype=bool)
-            self._rep_hi = np.zeros(len(vec), dtype=bool)
-        return super()._row(vec, step)
+    def _first(self, n_layers: int, step: int) -> None:
+        self._calm_hi = np.full(n_layers, step, dtype=np.int64)
+        self._rep = np.zeros(n_layers, dtype=bool)
+        self._rep_hi = np.zeros(n_layers, dtype=bool)
 
-    def _check(self, step: int) -> Event | None:
+    def _check(self, step: int, lo: float, top: float) -> Event | None:
         if self._n <= self.warmup:  # the own history starts after warm-up (first ratios are atypical)
-            self._s = self._f.copy()
-        f, s = self._f, self._s
+            self._fs = np.stack([self._fs[0], self._fs[0]])
+        f, s = self._fs
         med = float(middle(f))
         below, dropped = med - f, s - f
-        in_lo = np.maximum(below, dropped) < 1.0
-        in_hi = np.maximum(-below, -dropped) < 1.0
+        in_lo = np.maximum(below, dropped) < CALM
+        in_hi = np.maximum(-below, -dropped) < CALM
         np.copyto(self._calm, step, where=in_lo)
         np.copyto(self._calm_hi, step, where=in_hi)
         self._rep &= ~in_lo
@@ -114,8 +127,8 @@ class LayerUpdateRatio(LayerGradCliff):
         for low, far, moved, calm, rep, med_moved in (
                 (True, below, dropped, self._calm, self._rep, med_drop),
                 (False, -below, -dropped, self._calm_hi, self._rep_hi, -med_drop)):
-            out = far >= self.gap if -med_moved < 1.0 else np.zeros(len(far), dtype=bool)
-            if med_moved < 1.0:
+            out = far >= self.gap if -med_moved < CALM else np.zeros(len(far), dtype=bool)
+            if med_moved < CALM:
                 out |= moved >= self.drop
             out &= ~rep
             if out.any():
@@ -131,7 +144,7 @@ class LayerUpdateRatio(LayerGradCliff):
         self._cooldown_left = self.cooldown
         n_out = int(out.sum())
         side = "below" if low else "above"
-        msg = (f"update ratio of layer {layer} is {10 ** float(self._f[worst]):.3g}: {far[worst]:.1f} decades "
+        msg = (f"update ratio of layer {layer} is {10 ** float(self._fs[0, worst]):.3g}: {far[worst]:.1f} decades "
                f"{side} the median layer and {moved[worst]:.1f} {side} its own history"
                + (": it has stopped learning" if low else ": its updates are far too violent")
                + (f" ({n_out} layers)" if n_out > 1 else ""))
@@ -141,22 +154,22 @@ class LayerUpdateRatio(LayerGradCliff):
 
     def _fast_rows(self, mat: np.ndarray, steps: np.ndarray, i: int) -> int:
         """Vectorised advance over rows while no event is possible (all finite, every layer in band)."""
-        gaps = self._gaps(mat, i)
+        gaps = None if self._cooldown_left else self._gaps(mat, steps, i)
         if gaps is None:
             return 0
         f, s, below, dropped = gaps
         lim = len(f)
         med_drop = middle(dropped)
         med_rise = -med_drop
-        calm = (below < 1.0) & (dropped < 1.0)
-        calm_hi = (-below < 1.0) & (-dropped < 1.0)
+        calm = (below < CALM) & (dropped < CALM)
+        calm_hi = (-below < CALM) & (-dropped < CALM)
         # a reported layer stays reported until its first calm row
         rep = self._rep[None, :] & ~np.logical_or.accumulate(calm, axis=0)
         rep_hi = self._rep_hi[None, :] & ~np.logical_or.accumulate(calm_hi, axis=0)
-        out_lo = (((below >= self.gap) & (med_rise[:, None] < 1.0))
-                  | ((dropped >= self.drop) & (med_drop[:, None] < 1.0)))
-        out_hi = (((-below >= self.gap) & (med_drop[:, None] < 1.0))
-                  | ((-dropped >= self.drop) & (med_rise[:, None] < 1.0)))
+        out_lo = (((below >= self.gap) & (med_rise[:, None] < CALM))
+                  | ((dropped >= self.drop) & (med_drop[:, None] < CALM)))
+        out_hi = (((-below >= self.gap) & (med_drop[:, None] < CALM))
+                  | ((-dropped >= self.drop) & (med_rise[:, None] < CALM)))
         hit = ((out_lo & ~rep) | (out_hi & ~rep_hi)).any(axis=1)
         k = int(np.argmax(hit)) if hit.any() else lim
         if k:

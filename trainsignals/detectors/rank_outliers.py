@@ -1,7 +1,6 @@
 """RankOutliers: one data-parallel rank's local values sit far outside the others' (``bad_rank``).
 
-Pure NumPy, so a job's per-rank values can be judged (and the rule tested) without torch;
-:class:`trainsignals.adapters.distributed.DistributedWatcher` gathers the values and feeds it.
+Pure NumPy, so per-rank values are judged (and tested) without torch; ``DistributedWatcher`` feeds it.
 """
 
 from __future__ import annotations
@@ -17,7 +16,10 @@ from .._validate import check_choice, check_range
 
 __all__ = ["RankOutliers"]
 
-_TINY = 1e-300
+_TINY = 1e-300  # the smallest scale a relative distance divides by (a zero level or spread)
+#: the floor of a relative spread (of the ranks around the median, or of a pair's difference): values that
+#: agree to 6 significant digits are not told apart by float32 arithmetic on the ranks
+_MIN_SPREAD = 1e-6
 
 
 class RankOutliers:
@@ -85,10 +87,7 @@ class RankOutliers:
         if warmup > window:
             raise ValueError(f"warmup must be <= window ({window}), got {warmup}")
         check_choice("severity", severity, ("warning", "critical"))
-        self.threshold = float(threshold)
-        self.patience = int(patience)
-        self.warmup = int(warmup)
-        self.window = int(window)
+        self.threshold, self.patience, self.warmup, self.window = float(threshold), int(patience), int(warmup), int(window)
         self.severity = severity
         self.reset()
 
@@ -116,29 +115,23 @@ class RankOutliers:
             x = np.asarray(raw, dtype=np.float64).reshape(-1)
             names = list(ranks) if ranks is not None else list(range(len(x)))
             pres = np.asarray(present[sig], dtype=bool) if present is not None and sig in present else ~np.isnan(x)
-            fin = pres & np.isfinite(x)
-            nonfin = pres & ~np.isfinite(x)
+            fin, nonfin = pres & np.isfinite(x), pres & ~np.isfinite(x)
             if nonfin.any() and fin.any():
-                for i in np.flatnonzero(nonfin):
-                    r = int(i)
+                for r in np.flatnonzero(nonfin).tolist():
                     if self._may_report(r, step):
                         self._reported[r] = step
                         out.append(make_event(
-                            Kind.BAD_RANK, self.severity, step, step, "rank_outliers", f"{sig}[rank {names[r]}]",
-                            float(x[r]), self.threshold,
-                            f"rank {names[r]}'s local {sig} is {x[r]} while the other ranks' are finite"))
+                            Kind.BAD_RANK, self.severity, step, step, "rank_outliers", f"{sig}[rank {names[r]}]", float(x[r]),
+                            self.threshold, f"rank {names[r]}'s local {sig} is {x[r]} while the other ranks' are finite"))
             idx = np.flatnonzero(fin)
-            flagged: dict[int, tuple[float, str]] = {}
-            if len(idx) >= 3:
-                flagged = self._judge_many(sig, x[idx], idx, names)
-            elif len(idx) == 2 and len(x) == 2:
-                flagged = self._judge_pair(sig, x, names)
+            flagged: dict[int, tuple[float, str]] = (
+                self._judge_many(sig, x[idx], idx, names) if len(idx) >= 3 else
+                self._judge_pair(sig, x, names) if len(idx) == 2 and len(x) == 2 else {})
             for r in range(len(x)):
                 key: tuple[str, int] = (sig, r)
                 if r in flagged:
                     n, first = self._run.get(key, (0, step))
-                    n, first = n + 1, (first if n else step)
-                    self._run[key] = (n, first)
+                    n, first = self._run[key] = (n + 1, first if n else step)
                     if n >= self.patience and self._may_report(r, step) and not any(e.signal.endswith(
                             f"[rank {names[r]}]") for e in out):
                         self._reported[r] = step
@@ -150,8 +143,7 @@ class RankOutliers:
         return out
 
     def _may_report(self, r: int, step: int) -> bool:
-        last = self._reported.get(r)
-        return last is None or step - last >= self.window
+        return step - self._reported.get(r, step - self.window) >= self.window
 
     def _judge_many(self, sig: str, v: np.ndarray, idx: np.ndarray, names: list[int]) -> dict[int, tuple[float, str]]:
         med = float(np.median(v))
@@ -159,15 +151,14 @@ class RankOutliers:
         spread = float(np.median(np.abs(rel)))
         hist = self._spread.setdefault(sig, deque(maxlen=self.window))
         levels = self._level.setdefault(sig, deque(maxlen=self.window))
-        if len(hist) < self.warmup:
-            hist.append(spread)
-            levels.append(med)
-            return {}
-        common = _departure(med, levels) > self.threshold     # the whole job moved: not judged
+        warm = len(hist) >= self.warmup
+        common = warm and _departure(med, levels) > self.threshold     # the whole job moved: not judged
         levels.append(med)
-        if common:
+        if not warm:
+            hist.append(spread)
+        if not warm or common:
             return {}
-        scale = max(spread, float(np.median(hist)), 1e-6)
+        scale = max(spread, float(np.median(hist)), _MIN_SPREAD)
         z = np.abs(rel) / scale
         bad = np.flatnonzero(z > self.threshold)
         if len(bad) == 0 or len(bad) >= len(v) / 2:
@@ -183,7 +174,7 @@ class RankOutliers:
         hist = self._spread.setdefault(sig, deque(maxlen=self.window))
         own = self._own.setdefault(sig, [deque(maxlen=self.window), deque(maxlen=self.window)])
         if len(hist) >= self.warmup:
-            z = _departure(d, hist, floor=1e-6)
+            z = _departure(d, hist, floor=_MIN_SPREAD)
             if z > self.threshold:
                 moved = [_departure(float(x[r]), list(own[r])[-self.warmup:]) for r in (0, 1)]
                 r = int(np.argmax(moved))
@@ -196,8 +187,8 @@ class RankOutliers:
                     f"{names[1 - r]} stayed within its own ({moved[1 - r]:.3g}) (2 ranks: judged by "
                     f"each rank's own history)"))}
         hist.append(d)
-        own[0].append(float(x[0]))
-        own[1].append(float(x[1]))
+        for r in (0, 1):
+            own[r].append(float(x[r]))
         return {}
 
 
@@ -206,4 +197,4 @@ def _departure(x: float, hist: Sequence[float], floor: float | None = None) -> f
     h = np.asarray(hist, dtype=np.float64)
     c = float(np.median(h))
     mad = float(np.median(np.abs(h - c)))
-    return abs(x - c) / max(mad, 1e-6 * abs(c) if floor is None else floor, _TINY)
+    return abs(x - c) / max(mad, _MIN_SPREAD * abs(c) if floor is None else floor, _TINY)

@@ -146,7 +146,9 @@ def _inputs_of(name: str, curves: Iterable[Any]) -> list[tuple[Any, dict[str, An
     for c in curves:
         sig = c.signals()
         if all(r in sig and _has(sig[r]) for r in required):
-            out.append((c, {"step": sig["step"], **{n: sig[n] for n in names if n in sig and _has(sig[n])}}))
+            got = {n: sig[n] for n in names if n in sig and _has(sig[n])}
+            aligned = any(not isinstance(v, tuple) for v in got.values())  # else every input has its own steps
+            out.append((c, {"step": sig["step"], **got} if aligned else got))
     return out
 
 

@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 from trainsignals import __version__
 from trainsignals._events import SEVERITIES, Event, Kind
 from trainsignals._validate import check_range, to_float, to_step
-from trainsignals.detectors.layer_cliff import as_named_vector
+from trainsignals.detectors._layer_levels import as_named_vector
 from trainsignals.signals import DENSE_SIGNALS as _DENSE
 from trainsignals.signals import SCALAR_SIGNALS, dense_values, scalar
 
