@@ -73,6 +73,14 @@ event and set :attr:`TorchWatcher.should_stop`. These adapter events are recorde
 Monitor with the step's own (``monitor.update(events=...)``): they are in ``monitor.events``,
 in a trace, and count for ``should_stop``; ``info`` events never change the Monitor's status.
 
+**A frozen optimizer.** :meth:`update` calls that come without an ``optimizer.step()`` between
+them (a condition in the loop that skips the step, a swallowed exception, an optimizer built
+over other parameters) mean the weights stopped changing while the loss keeps coming: after
+:data:`FROZEN_AFTER` such calls in a row — and four times the longest such run before, so a loop
+that steps every k calls keeps its rhythm — the watcher reports a ``stall`` warning (detector
+``TorchWatcher``) with the first unstepped update as its onset. Steps a GradScaler skipped are
+not counted here (they have their own events).
+
 **Guards** (opt-in):
 
 * ``on_critical="stop" | "raise" | "warn"`` — what a critical event does: set
@@ -121,7 +129,12 @@ from torch.overrides import TorchFunctionMode
 import trainsignals as ts
 from trainsignals import Kind, TrainingFailure, check_kinds, make_event
 
-__all__ = ["TorchWatcher", "TrainingFailure", "WRAPPER_SET", "check_watcher_options", "pred_top_share"]
+__all__ = ["FROZEN_AFTER", "TorchWatcher", "TrainingFailure", "WRAPPER_SET", "check_watcher_options",
+           "pred_top_share"]
+
+#: updates in a row without an ``optimizer.step()`` before the watcher reports a frozen optimizer:
+#: twice ``max_skipped``'s default, since a loop's own conditions can skip a few steps too
+FROZEN_AFTER = 20
 
 _SATURATING: tuple[tuple[type[nn.Module], float, float], ...] = (
     (nn.Tanh, -0.99, 0.99),     # |y| > 0.99
@@ -420,6 +433,8 @@ class TorchWatcher:
         self.last_applied_grad_norm: float | None = None     # lr**2 when the update is read from SGD's momentum buffers
         self._stepped = False
         self._skipped_run = 0
+        self._unstepped = 0                 # updates in a row without an optimizer step (not the scaler's)
+        self._longest_gap = 0               # the longest such run that ended: the loop's own rhythm
         self._handles: list[Any] = [
             optimizer.register_step_pre_hook(self._pre_hook),
             optimizer.register_step_post_hook(self._post_hook),
@@ -758,6 +773,7 @@ class TorchWatcher:
             self._fn_exit()
         s = self._step if step is None else int(step)
         scaler_skipped = self.scaler is not None and not self._stepped
+        self._track_frozen(s, self._stepped or scaler_skipped)
         packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped,
                                           more=(("val_metric", val_metric), ("pred_top_share", pred_top_share)))
         # reset for the next step
@@ -926,6 +942,24 @@ class TorchWatcher:
                 for n in self._acts
             }
         return kw
+
+    def _track_frozen(self, step: int, stepped: bool) -> None:
+        """Report a frozen optimizer: no ``optimizer.step()`` for :data:`FROZEN_AFTER` updates in a row
+        and four times the longest run without one before (a loop that steps every k updates, as
+        with gradient accumulation, has runs of k - 1). Once per frozen stretch.
+        """
+        if stepped:
+            self._longest_gap = max(self._longest_gap, self._unstepped)
+            self._unstepped = 0
+            return
+        self._unstepped += 1
+        if self._unstepped == max(FROZEN_AFTER, 4 * self._longest_gap + 1):
+            n = self._unstepped
+            self._pending.append(make_event(
+                Kind.STALL, "warning", step, step - n + 1, "TorchWatcher", "update_ratio", float(n),
+                float(FROZEN_AFTER), f"optimizer.step() has not run for {n} updates (since step {step - n + 1}) "
+                "while the loss keeps coming: the weights do not change (a step skipped by a condition, a "
+                "swallowed exception, an optimizer rebuilt without the model's parameters?)"))
 
     def _skip_events(self, step: int, who: str) -> list[ts.Event]:
         self._skipped_run += 1

@@ -216,3 +216,35 @@ def test_bad_guard_settings_name_the_parameter(kw: dict[str, Any], name: str) ->
     model = mlp()
     with pytest.raises(ValueError, match=name):
         TorchWatcher(model, torch.optim.SGD(model.parameters(), 0.1), **kw)
+
+
+def test_a_frozen_optimizer_is_named_a_stall_once_and_a_stepping_rhythm_is_not() -> None:
+    torch.manual_seed(0)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    w = TorchWatcher(model, opt)
+    X, y = digits()
+    events: list[Any] = []
+    for s in range(120):
+        loss = F.cross_entropy(model(X[:64]), y[:64])
+        loss.backward()
+        if s < 40 or s >= 100:              # frozen from step 40 to 99: gradients, no step
+            opt.step()
+        opt.zero_grad()
+        events += w.update(loss=loss)
+    stalls = [e for e in events if e.kind.value == "stall" and e.detector == "TorchWatcher"]
+    assert [(e.step, e.onset_step) for e in stalls] == [(59, 40)]
+    assert stalls[0].severity == "warning" and stalls[0] in w.monitor.events
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    w = TorchWatcher(model, opt)
+    rhythm: list[Any] = []
+    for s in range(300):                  # a step every 8 updates (updates called per micro-batch)
+        loss = F.cross_entropy(model(X[:64]), y[:64])
+        loss.backward()
+        if s % 8 == 7:
+            opt.step()
+            opt.zero_grad()
+        rhythm += w.update(loss=loss)
+    assert not [e for e in rhythm if e.detector == "TorchWatcher"]
