@@ -196,3 +196,26 @@ def test_check_label_rejects_unknown_kinds(committed: list[Any]) -> None:
         check_label(committed[0], "exploding")
     with pytest.raises(ValueError, match="onset"):
         check_label(committed[0], "stall", onset=-1)
+
+
+def test_stalls_of_fresh_real_runs_are_named_within_the_target_window(torch: Any) -> None:
+    """Learning-rate cuts in MLP runs drawn with seeds no threshold was chosen on (7000 on): the
+    default Monitor names each kept stall within max(50, 10 % of the run) of its onset, and the
+    same runs without the cut (the healthy draw of each seed) draw no stall."""
+    import trainsignals as ts
+    from trainsignals.curves.real_runs import _draw_spec
+    from trainsignals.eval.bench import target_window
+
+    kept = 0
+    for seed in range(7000, 7004):
+        curve, _, _ = label_run(train(_draw_spec("stall", "mlp", seed, 0)))
+        if curve is None or curve.kind != "stall":
+            continue
+        kept += 1
+        stalls = [e for e in ts.Monitor(total_steps=curve.total_steps).scan(**curve.withheld("update_ratio").signals())
+                  if e.kind is ts.Kind.STALL]
+        assert stalls and curve.onset_step <= stalls[0].step <= curve.onset_step + target_window(curve.total_steps)
+        healthy = train(_draw_spec("healthy", "mlp", seed, 0))
+        assert not [e for e in ts.Monitor(total_steps=healthy.total_steps).scan(**healthy.signals())
+                    if e.kind is ts.Kind.STALL]
+    assert kept >= 3
