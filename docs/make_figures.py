@@ -123,11 +123,11 @@ def caption(curve, suite: str) -> str:
 def kinds_table(drawn: dict[str, str]) -> str:
     """The event kinds, their likely cause and first fix, from the code."""
     from trainsignals import DISTRIBUTED_KINDS, Kind
-    from trainsignals._events import ADVICE
+    from trainsignals.kinds import KINDS
 
     lines = ["| kind | likely cause | first fix | picture from |", "|---|---|---|---|"]
     for kind in Kind:
-        cause, fix = ADVICE[kind]
+        cause, fix = KINDS[kind].cause, KINDS[kind].fix
         where = drawn.get(kind.value, "(data-parallel jobs only)" if kind in DISTRIBUTED_KINDS else "-")
         lines.append(f"| [`{kind.value}`](#{kind.value}) | {cause} | {fix} | {where} |")
     return "\n".join(lines) + "\n"
@@ -136,10 +136,10 @@ def kinds_table(drawn: dict[str, str]) -> str:
 def advice_snippets() -> None:
     """``docs/generated/advice-<kind>.md``: the likely cause and first fix of each kind, from the code."""
     from trainsignals import Kind
-    from trainsignals._events import ADVICE
+    from trainsignals.kinds import KINDS
 
     for kind in Kind:
-        cause, fix = ADVICE[kind]
+        cause, fix = KINDS[kind].cause, KINDS[kind].fix
         (GENERATED / f"advice-{kind.value}.md").write_text(
             f"**Likely cause:** {cause}.\n\n**First fix:** {fix}.\n")
 

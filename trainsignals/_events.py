@@ -155,79 +155,6 @@ class TrainingFailure(RuntimeError):
         super().__init__(f"training failed:\n{lines}")
 
 
-# Likely cause and first fix per kind (from the project's failure-mode reference).
-ADVICE: dict[Kind, tuple[str, str]] = {
-    Kind.NONFINITE: (
-        "numerical overflow: learning rate too high, bad data, or low-precision overflow",
-        "lower the learning rate; check the data; use loss scaling in low precision",
-    ),
-    Kind.DIVERGENCE: (
-        "learning rate far too high, bad initialisation or numerics",
-        "lower the learning rate; add gradient clipping; check the first steps",
-    ),
-    Kind.GRAD_EXPLOSION: (
-        "unstable step: learning rate too high, missing normalisation or a bad batch",
-        "clip gradients; lower the learning rate; add normalisation",
-    ),
-    Kind.LOSS_SPIKE: (
-        "a bad batch or an unstable step",
-        "inspect or skip the batch; clip gradients",
-    ),
-    Kind.STALL: (
-        "learning rate too small, a flat region or dead units",
-        "raise the learning rate or momentum; try a new seed",
-    ),
-    Kind.OSCILLATION: (
-        "learning rate too high or missing normalisation",
-        "lower the learning rate; clip gradients; add batch normalisation",
-    ),
-    Kind.VANISHING_GRADIENT: (
-        "gradients die before reaching early layers (saturating activations, depth, init)",
-        "He/Xavier init, skip connections, normalisation placement, GELU",
-    ),
-    Kind.SILENT_COLLAPSE: (
-        "the model collapses to one safe answer while the loss still falls",
-        "check labels and class balance, initialisation and learning rate; look at per-class metrics",
-    ),
-    Kind.UPDATE_RATIO_HIGH: (
-        "updates too violent for the weights' size: learning rate too high",
-        "lower the learning rate (per layer or group)",
-    ),
-    Kind.UPDATE_RATIO_LOW: (
-        "updates too small to change the weights: learning rate too small or dead gradients",
-        "raise the learning rate (per layer or group)",
-    ),
-    Kind.OVERFITTING: (
-        "the model memorises the training set",
-        "stop early and keep the best checkpoint; regularise; use a smaller model",
-    ),
-    Kind.DEAD_UNITS: (
-        "ReLU units pushed into the zero region for every input",
-        "lower the learning rate; use LeakyReLU/GELU; revisit initialisation",
-    ),
-    Kind.SATURATION: (
-        "tanh/sigmoid units piled at their limits, derivatives near 0",
-        "add normalisation; revisit initialisation; use another activation",
-    ),
-    Kind.LR_ANOMALY: (
-        "the scheduler is not wired as intended",
-        "check the scheduler wiring (warmup, decay, restarts)",
-    ),
-    Kind.REPLICA_DIVERGENCE: (
-        "data-parallel replicas no longer hold the same weights or gradients: a gradient-sync bug "
-        "(wrong world-size scaling, a parameter left out of the all-reduce, a rank that skipped a step) "
-        "or silent data corruption on one device",
-        "stop and restore the last checkpoint; check which parameters are synced and how gradients are "
-        "averaged; test the named rank's device",
-    ),
-    Kind.BAD_RANK: (
-        "one rank's local loss or gradients sit far outside the others': a corrupted data shard or a "
-        "failing device",
-        "inspect the named rank's data shard and device; exclude or replace the node",
-    ),
-}
-
-
 def make_event(
     kind: Kind,
     severity: str,
@@ -241,7 +168,10 @@ def make_event(
     layer: str | None = None,
 ) -> Event:
     """Build an event with the standard cause and fix for its kind."""
-    cause, fix = ADVICE[kind]
+    from .kinds import KINDS  # the table of kinds imports this module's Kind
+
+    info = KINDS[kind]
+    cause, fix = info.cause, info.fix
     return Event(
         kind, severity, int(step), int(onset_step), detector, signal,
         float(value), float(threshold), message, cause, fix, layer,

@@ -15,21 +15,15 @@ Example:
 from __future__ import annotations
 
 from ._events import Event, Kind
+from .kinds import KINDS
 
 __all__ = ["STATUSES", "STATE_OF", "RANK", "state_of"]
 
 #: Every value :attr:`Monitor.status` takes, from the start of a run to the worst state.
 STATUSES = ("warming_up", "healthy", "stalled", "oscillating", "collapsed", "diverging")
 
-#: Which kinds put the run in which failed state.
-STATE_OF: dict[Kind, str] = {
-    Kind.NONFINITE: "diverging",
-    Kind.DIVERGENCE: "diverging",
-    Kind.GRAD_EXPLOSION: "diverging",
-    Kind.OSCILLATION: "oscillating",
-    Kind.STALL: "stalled",
-    Kind.SILENT_COLLAPSE: "collapsed",
-}
+#: Which kinds put the run in which failed state (the ``status`` column of :data:`trainsignals.kinds.KINDS`).
+STATE_OF: dict[Kind, str] = {kind: info.status for kind, info in KINDS.items() if info.status is not None}
 
 #: How bad each failed state is (the worst live one is the status). A collapsed run answers one
 #: class while its loss looks fine: worse than a stalled or oscillating one, which may still

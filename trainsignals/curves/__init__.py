@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from trainsignals._events import DISTRIBUTED_KINDS, Kind
+from trainsignals.kinds import KINDS as KIND_FACTS
 
 __all__ = [
     "DIFFICULTIES",
@@ -64,9 +64,10 @@ __all__ = [
     "write_suite",
 ]
 
-KINDS: tuple[str, ...] = tuple(k.value for k in Kind if k not in DISTRIBUTED_KINDS)
-"""The failure kinds a single run's curves show: the values of :class:`trainsignals.Kind`, in their
-order, less the distributed ones (:data:`trainsignals.DISTRIBUTED_KINDS`: they need several ranks)."""
+KINDS: tuple[str, ...] = tuple(k.value for k, info in KIND_FACTS.items() if info.injected)
+"""The failure kinds a single run's curves show: the kinds :data:`trainsignals.kinds.KINDS` marks
+``injected``, in :class:`trainsignals.Kind` order (not the distributed ones,
+:data:`trainsignals.DISTRIBUTED_KINDS`: they need several ranks)."""
 
 HEALTHY = "healthy"
 DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
