@@ -166,6 +166,17 @@ def test_replay_accepts_a_table_and_a_monitor(tmp_path: Path) -> None:
     assert dicts(rep.events) == dicts(mon.events) and rep.events
 
 
+def test_replay_says_how_often_the_log_was_written(tmp_path: Path) -> None:
+    c = generate("healthy", 2, "easy")
+    every = np.arange(0, c.total_steps, 25)
+    write_trace(tmp_path / "s.arrow", step=every, loss=c.loss[every])
+    sparse = replay(tmp_path / "s.arrow")
+    assert any("one loss every 25 steps" in note for note in sparse.notes)
+    write_trace(tmp_path / "d.arrow", step=c.steps, loss=c.loss)
+    dense = replay(tmp_path / "d.arrow")
+    assert not any("one loss every" in note for note in dense.notes)
+
+
 # -- verdicts -----------------------------------------------------------------------------------
 
 

@@ -491,6 +491,12 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
         monitor = Monitor(total_steps=n if n else None)
     events: list[Event] = monitor.scan(**trace_signals(table)) if n else []
     steps = table.column("step").to_numpy() if n else np.zeros(0, np.int64)
+    logged = np.unique(_measured(table, "loss")[0]) if n else steps
+    gap = int(np.median(np.diff(logged))) if len(logged) > 2 else 1
+    if gap > 1:
+        notes.append(f"one loss every {gap} steps (median): the rules count logged values, so their windows "
+                     f"span {gap}x as many steps, and a spike shorter than that is averaged away where the "
+                     "logger writes window means")
     timeline = status_timeline(events, steps, _measured(table, "loss"), warmup=monitor.warmup,
                                recovery=monitor.recovery) if n else []
     return Report(
