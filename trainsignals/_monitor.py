@@ -19,6 +19,7 @@ from ._recorder import Recorder
 from ._validate import check_choice, check_range, to_step
 from ._version import __version__
 from .detectors._base import Detector, _jsonable
+from .detectors._ops import sharing
 from .policy import EventPolicy
 from .signals import DENSE_SIGNALS, SIGNALS, Column, column, dense_values, layers, scalar
 from .signals import activations as _activations
@@ -504,13 +505,14 @@ class Monitor:
             if c.names is not None:
                 self._layer_names.setdefault(c.name, c.names)
         per_det: list[list[Event]] = []
-        for det in self._suite.values():
-            mine = {i.name: cols[i.name] for i in det.inputs if i.name in cols}
-            required = [i.name for i in det.inputs if i.required]
-            if not mine or not all(r in mine for r in required):
-                per_det.append([])
-                continue
-            per_det.append(det.scan(steps=steps, **mine))
+        with sharing():  # the detectors share the logs and recurrences they compute on the same columns
+            for det in self._suite.values():
+                mine = {i.name: cols[i.name] for i in det.inputs if i.name in cols}
+                required = [i.name for i in det.inputs if i.required]
+                if not mine or not all(r in mine for r in required):
+                    per_det.append([])
+                    continue
+                per_det.append(det.scan(steps=steps, **mine))
         merged: list[tuple[int, int, int, Event]] = []
         for order, evs in enumerate(per_det):
             for seq, ev in enumerate(evs):

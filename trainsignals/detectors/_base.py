@@ -34,6 +34,7 @@ from .._events import Event
 from .._layers import LayerValues
 from .._validate import to_step
 from ..signals import SIGNALS, Column, LayerStats, activations, as_steps, column, layers, scalar
+from ._ops import sharing
 
 __all__ = ["Detector", "DetectorProtocol", "Input", "Knob"]
 
@@ -326,7 +327,8 @@ class Detector:
         cols = {i.name: column(i.name, signals[i.name], self.layer_names)
                 for i in self.inputs if signals.get(i.name) is not None}
         arrays, st = align(self.inputs, cols, steps, self._last_step)
-        return self._drive(arrays, st, [cols[i.name].names if i.name in cols else None for i in self.inputs])
+        with sharing():
+            return self._drive(arrays, st, [cols[i.name].names if i.name in cols else None for i in self.inputs])
 
     def _drive(self, cols: list[Any], steps: np.ndarray,
              names: Sequence[tuple[str, ...] | None] | None = None) -> list[Event]:

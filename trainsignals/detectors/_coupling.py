@@ -18,7 +18,7 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import NEVER, ewma, first_true
+from ._ops import NEVER, column_log, ewma, first_true
 
 #: natural log of 10: decades to log units
 LN10 = math.log(10.0)
@@ -133,9 +133,7 @@ class CouplingLevels(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if len(self._gs) <= self.lag:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            u = np.log(arrays[0][i:j])
-            g = np.log(arrays[1][i:j])
+        u, g = column_log(arrays[0], i, j), column_log(arrays[1], i, j)
         lim = first_true(~(np.isfinite(u) & np.isfinite(g)))
         if lim == 0:
             return 0

@@ -6,6 +6,9 @@ The scalar paths use exactly these forms, ``m = a*x + b*m`` with ``b = 1 - a``, 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -49,3 +52,79 @@ def first_true(mask: np.ndarray) -> int:
 #: a step before any step a run can have (steps lie above -2**62: trainsignals._validate.to_step);
 #: the "no event yet" of the detectors' cooldowns
 NEVER = -(2**62)
+
+
+class _Shared(threading.local):
+    """The computations one batch run shares between its detectors (per thread)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.store: dict[Any, Any] = {}
+
+
+_SHARED = _Shared()
+
+
+@contextmanager
+def sharing() -> Iterator[None]:
+    """A batch run whose detectors share what they compute on the same inputs.
+
+    Within it, :func:`column_log` takes the log of a whole input column once, and
+    :func:`shared_run` hands a recurrence computed by one detector to every other detector that
+    asks for it from the same state at the same position (the same code on the same numbers gives
+    the same numbers, so sharing changes no value). Everything is forgotten when the outermost
+    ``sharing`` ends: the inputs of the next run may be other arrays, or the same ones changed.
+    """
+    _SHARED.depth += 1
+    try:
+        yield
+    finally:
+        _SHARED.depth -= 1
+        if not _SHARED.depth:
+            _SHARED.store.clear()
+
+
+def column_log(x: np.ndarray, i: int, j: int, base10: bool = False) -> np.ndarray:
+    """``log(x[i:j])`` (``log10`` with ``base10``), ``nan``/``-inf`` where the log is undefined.
+
+    Inside :func:`sharing` the log of the whole column ``x`` is taken once and sliced.
+    """
+    if not _SHARED.depth:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log10(x[i:j]) if base10 else np.log(x[i:j])  # type: ignore[no-any-return]
+    key = ("log10" if base10 else "log", id(x))
+    hit = _SHARED.store.get(key)
+    if hit is None or hit[0] is not x:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hit = _SHARED.store[key] = (x, np.log10(x) if base10 else np.log(x))
+    return hit[1][i:j]  # type: ignore[no-any-return]
+
+
+def column_id(x: np.ndarray) -> int | None:
+    """A name of the input column ``x`` for :func:`shared_run` keys, valid for the batch run (``None``
+    outside :func:`sharing`: nothing is shared).
+    """
+    if not _SHARED.depth:
+        return None
+    _SHARED.store.setdefault(("column", id(x)), x)  # held: its id names no other array during the run
+    return id(x)
+
+
+def shared_run(key: tuple[Any, ...] | None, n: int,
+               compute: Callable[[], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """``compute()``: arrays of length ``n``, or the first ``n`` of what a detector of this batch run
+    computed under the same ``key`` (which names the column, the position and the exact state the
+    recurrence starts from; see :func:`key_float`). ``key=None``: not shared.
+    """
+    if key is None or not _SHARED.depth:
+        return compute()
+    hit = _SHARED.store.get(key)
+    if hit is not None and len(hit[0]) >= n:
+        return tuple(a[:n] for a in hit)
+    out = _SHARED.store[key] = compute()
+    return out
+
+
+def key_float(v: float) -> str:
+    """A float as a key: exact, and ``-0.0``, ``nan`` distinguished as the arithmetic distinguishes them."""
+    return float(v).hex()

@@ -29,7 +29,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input
-from ._ops import ewma, first_true, shifted
+from ._ops import column_log, ewma, first_true, shifted
 
 #: weight of the smoothed level (CUSUMPlateau's ``alpha`` default since c9205b5, tuned on the synthetic suite)
 LEVEL_ALPHA = 0.1
@@ -207,8 +207,7 @@ class PlateauRule(Detector):
         extra = self._fast_extra(arrays, i, j, ctx)
         if extra is None:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
+        y = column_log(arrays[0], i, j)
         lim = first_true(~np.isfinite(y) | extra)
         if lim == 0:
             return 0
@@ -300,7 +299,7 @@ class GradPlateauRule(PlateauRule):
                 if g is not None and then is not None else "")
 
     def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> np.ndarray | None:
-        ctx["lg"] = lg = _log10(arrays[1][i:j])
+        ctx["lg"] = lg = column_log(arrays[1], i, j, base10=True)
         ok = np.isfinite(lg)
         return ok if self._g is None else ~ok  # a grad norm appearing, or missing among present ones: scalar
 

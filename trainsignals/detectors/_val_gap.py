@@ -17,7 +17,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import NEVER, ewma, first_true
+from ._ops import NEVER, column_log, ewma, first_true
 
 #: relative improvement that counts as a new best validation: the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
@@ -126,8 +126,7 @@ class ValGapRule(Detector):
         """Steps without a validation only move the smoothed train level: one vectorised EWMA."""
         k = first_true(np.isfinite(arrays[1][i:j]))
         if k:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                u = np.log(arrays[0][i:i + k])
+            u = column_log(arrays[0], i, i + k)
             fin = np.isfinite(u)
             ug = u if fin.all() else u[fin]  # _step skips non-finite and non-positive losses
             if len(ug):

@@ -12,7 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, first_true, shifted
+from ._ops import NEVER, column_log, first_true, shifted
 from ._trend import noise_levels, noise_step
 
 
@@ -133,8 +133,7 @@ class EarlyClimbDivergence(Detector):
         m = self.steps
         if len(self._buf) <= m or self._nd == 0:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
+        y = column_log(arrays[0], i, j)
         lim = first_true(~np.isfinite(y))
         if lim == 0:
             return 0

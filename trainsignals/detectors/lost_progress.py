@@ -13,7 +13,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, ewma, first_true
+from ._ops import NEVER, column_log, ewma, first_true
 from ._trend import NOISE_PER_SD
 
 #: share of the lost-progress rise above ``best`` at which the level counts as climbing (and
@@ -160,8 +160,7 @@ class LostProgress(Detector):
         w = self.window
         if len(self._buf) < w:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
+        y = column_log(arrays[0], i, j)
         lim = first_true(~np.isfinite(y))
         if lim == 0:
             return 0

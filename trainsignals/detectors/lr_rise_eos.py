@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._ops import first_true, shifted
+from ._ops import column_log, first_true, shifted
 
 _log, _NAN = math.log, math.nan
 #: the 99th percentile of the swing ratio over the 18,096 no-progress windows of the healthy runs
@@ -148,8 +148,7 @@ class LRRiseEdgeOfStability(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if steps[i] <= self._quiet_until:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
+        y = column_log(arrays[0], i, j)
         if not (lim := first_true(~np.isfinite(y))):
             return 0
         y, lr, w = y[:lim], arrays[1][i:i + lim], self.window

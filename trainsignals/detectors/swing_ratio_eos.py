@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._ops import first_true
+from ._ops import column_log, first_true
 from ._swings import SPAN, swing
 
 _log, _NAN = math.log, math.nan
@@ -154,7 +154,7 @@ class SwingRatioEdgeOfStability(Detector):
         if not self._n or steps[i] <= self._quiet_until:
             return 0
         with np.errstate(divide="ignore", invalid="ignore"):  # a usable loss; grad norms all present or absent
-            y, g = np.log(arrays[0][i:j]), np.log(arrays[1][i:j])
+            y, g = column_log(arrays[0], i, j), column_log(arrays[1], i, j)
         if not (lim := first_true(~np.isfinite(y) | (np.isfinite(g) if self._ng == 0 else ~np.isfinite(g)))):
             return 0
         y, g, w, r2 = y[:lim], g[:lim], self.window, self.shift_ratio

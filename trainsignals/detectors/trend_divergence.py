@@ -12,7 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, first_true, shifted
+from ._ops import NEVER, column_log, first_true, shifted
 from ._trend import noise_levels, noise_step, window_trend
 
 #: at the start of a run the trend is fitted once the window is this full (a half: SlopeDivergence's
@@ -132,8 +132,7 @@ class TrendDivergence(Detector):
         w = self.window
         if len(self._buf) < w or self._nd == 0:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
+        y = column_log(arrays[0], i, j)
         lim = first_true(~np.isfinite(y))
         if lim == 0:
             return 0
