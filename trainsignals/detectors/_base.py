@@ -42,7 +42,7 @@ __all__ = ["Detector", "DetectorProtocol", "Input", "Knob"]
 #: no check: ``None`` for any value, ``inf`` for a non-negative signal, 1 for a fraction) of each input
 _SPECS: dict[int, tuple[tuple[Input, ...], tuple[tuple[str, bool, float | None], ...]]] = {}
 _MIN_BLOCK = 2048
-_MAX_BLOCK = 1 << 15
+_MAX_BLOCK = 1 << 18
 
 
 class Input(NamedTuple):

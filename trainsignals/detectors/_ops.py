@@ -125,6 +125,54 @@ def shared_run(key: tuple[Any, ...] | None, n: int,
     return out
 
 
+def shared_ewma(col: np.ndarray, i: int, what: str, y: np.ndarray, a: float, b: float, m0: float) -> np.ndarray:
+    """:func:`ewma` of ``y`` from ``m0``, shared within a batch run: ``y`` is ``what`` (say ``"log"``)
+    of the input column ``col`` from position ``i`` on.
+    """
+    cid = column_id(col)
+    key = None if cid is None else ("ewma", cid, i, what, key_float(a), key_float(b), key_float(m0))
+    return shared_run(key, len(y), lambda: (ewma(y, a, b, m0),))[0]  # type: ignore[no-any-return]
+
+
+def shared(key: tuple[Any, ...] | None, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or what a detector of this batch run computed under the same ``key`` (which names
+    the column, the position, the length and the exact state the computation starts from). ``key=None``:
+    not shared.
+    """
+    if key is None or not _SHARED.depth:
+        return compute()
+    hit = _SHARED.store.get(key)
+    if hit is None:
+        hit = _SHARED.store[key] = compute()
+    return hit
+
+
 def key_float(v: float) -> str:
     """A float as a key: exact, and ``-0.0``, ``nan`` distinguished as the arithmetic distinguishes them."""
     return float(v).hex()
+
+
+def key_floats(vs: Any) -> bytes:
+    """A sequence of floats as a key, bit for bit."""
+    return np.asarray(vs, dtype=np.float64).tobytes()
+
+
+def first_unusable(x: np.ndarray, i: int, j: int, positive: bool = False) -> int:
+    """How many values of ``x[i:j]`` come before the first non-finite one (with ``positive``: the
+    first one that is also not > 0, where the log is not finite); ``j - i`` when none.
+
+    Inside :func:`sharing` the whole column is searched once.
+    """
+    if not _SHARED.depth:
+        with np.errstate(invalid="ignore"):
+            seg = x[i:j]
+            return first_true(~(np.isfinite(seg) & (seg > 0.0)) if positive else ~np.isfinite(seg))
+    key = ("unusable+" if positive else "unusable", id(x))
+    hit = _SHARED.store.get(key)
+    if hit is None or hit[0] is not x:
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.isfinite(x) & (x > 0.0)) if positive else ~np.isfinite(x)
+        hit = _SHARED.store[key] = (x, np.flatnonzero(bad))
+    idx = hit[1]
+    at = int(np.searchsorted(idx, i))
+    return (min(int(idx[at]), j) if at < len(idx) else j) - i

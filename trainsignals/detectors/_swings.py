@@ -16,7 +16,7 @@ from itertools import islice
 
 import numpy as np
 
-from ._ops import ewma, shifted
+from ._ops import column_id, ewma, key_float, shared_run, shifted
 
 #: weight of the local swing EWMA (about 10 values of memory): the former ``Oscillation`` default
 VAR_ALPHA = 0.1
@@ -149,9 +149,18 @@ def swing(y: float, m: float, v: float, b: float, n: int, warmup: int) -> tuple[
     return y, v, a * v + (1.0 - a) * b
 
 
-def batch_swing(y: np.ndarray, m: float, v: float, b: float, n0: int,
-                warmup: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`swing` over a block after ``n0 > 0`` values: ``(v, b, b before each value)``."""
+def batch_swing(y: np.ndarray, m: float, v: float, b: float, n0: int, warmup: int,
+                at: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`swing` over a block after ``n0 > 0`` values: ``(v, b, b before each value)``.
+
+    ``at``: the input column and the position ``y`` starts at, when ``y`` is its log there: the
+    tracker is then shared with the other detectors of the batch run that run it from the same state.
+    """
+    cid = None if at is None else column_id(at[0])
+    if cid is not None:
+        cap = min(warmup, round(1 / BASE_ALPHA))  # from cap values on, the baseline no longer depends on n0
+        key = ("swing", cid, at[1], key_float(m), key_float(v), key_float(b), n0 if n0 < cap else -1, cap)
+        return shared_run(key, len(y), lambda: batch_swing(y, m, v, b, n0, warmup))  # type: ignore[return-value]
     vs = ewma(np.abs(y - shifted(y, m)), VAR_ALPHA, 1.0 - VAR_ALPHA, v)
     k = min(len(y), max(0, min(warmup, round(1 / BASE_ALPHA)) - n0))  # values whose baseline is a plain mean
     bs = np.empty_like(vs)

@@ -159,10 +159,10 @@ class LjungBoxSawtooth(Detector):
         if not (lim := first_true(~np.isfinite(y) | (np.isfinite(g) if self._ng == 0 else ~np.isfinite(g)))):
             return 0
         y, g, w, r, lags = y[:lim], g[:lim], self.window, self.ratio, self.window // 3
-        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup)
+        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup, (arrays[0], i))
         cand = vl > r * blp
         if self._ng:
-            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup)
+            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup, (arrays[1], i))
             cand |= (bgp > 0.0) & (vg > r * bgp)
         cand[:max(0, self.warmup - self._n)] = False  # no candidate before warm-up ends
         k, cs, off = lim, np.flatnonzero(cand), len(self._ys)

@@ -159,10 +159,10 @@ class SwingRatioEdgeOfStability(Detector):
             return 0
         y, g, w, r2 = y[:lim], g[:lim], self.window, self.shift_ratio
         w2, span = 3 * w // 2, SPAN * w
-        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup)
+        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup, (arrays[0], i))
         ai = np.flatnonzero((vl > r2 * blp) & (np.arange(self._n, self._n + lim) >= self.warmup))  # warm, swings
         if self._ng:
-            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup)
+            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup, (arrays[1], i))
             ai = ai[(bgp[ai] <= 0.0) | (vg[ai] > r2 * bgp[ai])]  # and so does the grad norm
         n0, watch = self._n, span - w2
         until0, arms = n0 + self._left - 1, (n0 + ai).tolist()
