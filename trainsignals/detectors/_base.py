@@ -34,7 +34,7 @@ from .._events import Event
 from .._layers import LayerValues
 from .._validate import to_step
 from ..signals import SIGNALS, Column, LayerStats, activations, as_steps, column, layers, scalar
-from ._ops import sharing
+from ._ops import nondecreasing, sharing
 
 __all__ = ["Detector", "DetectorProtocol", "Input", "Knob"]
 
@@ -326,8 +326,8 @@ class Detector:
         self._check_names(signals, "scan")
         cols = {i.name: column(i.name, signals[i.name], self.layer_names)
                 for i in self.inputs if signals.get(i.name) is not None}
-        arrays, st = align(self.inputs, cols, steps, self._last_step)
         with sharing():
+            arrays, st = align(self.inputs, cols, steps, self._last_step)
             return self._drive(arrays, st, [cols[i.name].names if i.name in cols else None for i in self.inputs])
 
     def _drive(self, cols: list[Any], steps: np.ndarray,
@@ -388,7 +388,7 @@ def align(inputs: Sequence[Input], cols: Mapping[str, Column], steps: Any,
             as_steps("steps", steps, n)
     else:
         st = np.zeros(0, dtype=np.int64)
-    if len(st) and (st[0] < last_step or np.any(np.diff(st) < 0)):
+    if len(st) and (st[0] < last_step or not nondecreasing(st)):
         raise ValueError("step must not decrease")
     sparse = [c for c in cols.values() if c.steps is not None]
     masked = any(c.mask is not None for c in aligned)

@@ -6,6 +6,7 @@ The scalar paths use exactly these forms, ``m = a*x + b*m`` with ``b = 1 - a``, 
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,6 +64,8 @@ class _Shared(threading.local):
 
 
 _SHARED = _Shared()
+#: the stretches of one average a batch run keeps for reuse (the latest)
+_MAX_RUNS = 64
 
 
 @contextmanager
@@ -96,7 +99,7 @@ def column_log(x: np.ndarray, i: int, j: int, base10: bool = False) -> np.ndarra
     hit = _SHARED.store.get(key)
     if hit is None or hit[0] is not x:
         with np.errstate(divide="ignore", invalid="ignore"):
-            hit = _SHARED.store[key] = (x, np.log10(x) if base10 else np.log(x))
+            hit = _SHARED.store[key] = (x, frozen(np.log10(x) if base10 else np.log(x)))
     return hit[1][i:j]  # type: ignore[no-any-return]
 
 
@@ -121,17 +124,43 @@ def shared_run(key: tuple[Any, ...] | None, n: int,
     hit = _SHARED.store.get(key)
     if hit is not None and len(hit[0]) >= n:
         return tuple(a[:n] for a in hit)
-    out = _SHARED.store[key] = compute()
-    return out
+    out = _SHARED.store[key] = frozen(compute())
+    return out  # type: ignore[no-any-return]
 
 
 def shared_ewma(col: np.ndarray, i: int, what: str, y: np.ndarray, a: float, b: float, m0: float) -> np.ndarray:
     """:func:`ewma` of ``y`` from ``m0``, shared within a batch run: ``y`` is ``what`` (say ``"log"``)
     of the input column ``col`` from position ``i`` on.
+
+    An average of the same values with the same weights that an earlier detector of the run computed
+    is reused wherever it passes through ``m0`` just before position ``i`` (as far as it goes; the
+    rest is computed, or reused from where the next stretch starts): from the same state the
+    recurrence gives the same numbers, whoever runs it.
     """
     cid = column_id(col)
-    key = None if cid is None else ("ewma", cid, i, what, key_float(a), key_float(b), key_float(m0))
-    return shared_run(key, len(y), lambda: (ewma(y, a, b, m0),))[0]  # type: ignore[no-any-return]
+    if cid is None:
+        return ewma(y, a, b, m0)
+    n = len(y)
+    runs: list[tuple[int, float, np.ndarray]] = _SHARED.store.setdefault(
+        ("ewma", cid, what, key_float(a), key_float(b)), [])
+    for i0, before, out in runs:  # ``out[t]``: the average after position i0 + t; ``before``: before i0
+        at = i - i0
+        if 0 <= at < len(out) and same_float(before if at == 0 else float(out[at - 1]), m0):
+            head = out[at:at + n]
+            if len(head) == n:
+                return head
+            rest = shared_ewma(col, i + len(head), what, y[len(head):], a, b, float(head[-1]))
+            return np.concatenate((head, rest))
+    out = frozen(ewma(y, a, b, m0))
+    runs.append((i, m0, out))
+    if len(runs) > _MAX_RUNS:
+        del runs[0]
+    return out
+
+
+def same_float(u: float, v: float) -> bool:
+    """``u`` and ``v`` are the same float, bit for bit (``-0.0`` is not ``0.0``; a ``nan`` is no float's twin)."""
+    return u == v and math.copysign(1.0, u) == math.copysign(1.0, v)
 
 
 def shared(key: tuple[Any, ...] | None, compute: Callable[[], Any]) -> Any:
@@ -143,8 +172,16 @@ def shared(key: tuple[Any, ...] | None, compute: Callable[[], Any]) -> Any:
         return compute()
     hit = _SHARED.store.get(key)
     if hit is None:
-        hit = _SHARED.store[key] = compute()
+        hit = _SHARED.store[key] = frozen(compute())
     return hit
+
+
+def frozen(v: Any) -> Any:
+    """``v`` (an array, or a tuple of them) made read-only: what one detector shares, no detector changes."""
+    for a in v if isinstance(v, tuple) else (v,):
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
+    return v
 
 
 def key_float(v: float) -> str:
@@ -155,6 +192,18 @@ def key_float(v: float) -> str:
 def key_floats(vs: Any) -> bytes:
     """A sequence of floats as a key, bit for bit."""
     return np.asarray(vs, dtype=np.float64).tobytes()
+
+
+def nondecreasing(st: np.ndarray) -> bool:
+    """Whether the steps ``st`` never decrease (inside :func:`sharing`, checked once per array)."""
+    key = ("nondecreasing", id(st))
+    hit = _SHARED.store.get(key) if _SHARED.depth else None
+    if hit is not None and hit[0] is st:
+        return hit[1]  # type: ignore[no-any-return]
+    ok = not (len(st) > 1 and bool(np.any(st[1:] < st[:-1])))
+    if _SHARED.depth:
+        _SHARED.store[key] = (st, ok)
+    return ok
 
 
 def first_unusable(x: np.ndarray, i: int, j: int, positive: bool = False) -> int:

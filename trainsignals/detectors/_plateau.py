@@ -29,7 +29,18 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input
-from ._ops import column_id, column_log, ewma, first_true, key_float, key_floats, shared, shared_run, shifted
+from ._ops import (
+    column_id,
+    column_log,
+    ewma,
+    first_true,
+    key_float,
+    key_floats,
+    shared,
+    shared_ewma,
+    shared_run,
+    shifted,
+)
 
 #: weight of the smoothed level (CUSUMPlateau's ``alpha`` default since c9205b5, tuned on the synthetic suite)
 LEVEL_ALPHA = 0.1
@@ -219,7 +230,7 @@ class PlateauRule(Detector):
             "plateau", cid, i, lim, self._stride, self._q, self.hold, key_float(self._dscale), self._n % self._stride,
             key_float(self._s), key_float(self._noise), key_float(self._best), key_floats(self._recent),
             key_floats(self._hist))
-        blk = shared(key, lambda: self._block(y[:lim]))
+        blk = shared(key, lambda: self._block(y[:lim], (arrays[0], i)))
         k = lim
         if len(blk.bidx):
             if self._armed:
@@ -247,10 +258,13 @@ class PlateauRule(Detector):
             self._last_step = int(steps[i + k - 1])
         return k
 
-    def _block(self, y: np.ndarray) -> Block:
-        """The tracker over a stretch of finite log-losses, as the scalar path would run it."""
+    def _block(self, y: np.ndarray, at: tuple[np.ndarray, int] | None = None) -> Block:
+        """The tracker over a stretch of finite log-losses, as the scalar path would run it (``at``: the
+        loss column and the position ``y`` starts at, when ``y`` is its log there).
+        """
         lim, q, st, h = len(y), self._q, self._stride, self.hold
-        s = ewma(y, LEVEL_ALPHA, self._b, self._s)
+        s = ewma(y, LEVEL_ALPHA, self._b, self._s) if at is None else \
+            shared_ewma(at[0], at[1], "log", y, LEVEL_ALPHA, self._b, self._s)
         noise = ewma(np.abs(y - shifted(s, self._s)), NOISE_ALPHA, _NOISE_B, self._noise)
         first = -(self._n + 1) % st  # checkpoints: where the count of values is a multiple of the stride
         bidx = np.arange(first, lim, st)

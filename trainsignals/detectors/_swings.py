@@ -156,8 +156,7 @@ def batch_swing(y: np.ndarray, m: float, v: float, b: float, n0: int, warmup: in
     ``at``: the input column and the position ``y`` starts at, when ``y`` is its log there: the
     tracker is then shared with the other detectors of the batch run that run it from the same state.
     """
-    cid = None if at is None else column_id(at[0])
-    if cid is not None:
+    if at is not None and (cid := column_id(at[0])) is not None:
         cap = min(warmup, round(1 / BASE_ALPHA))  # from cap values on, the baseline no longer depends on n0
         key = ("swing", cid, at[1], key_float(m), key_float(v), key_float(b), n0 if n0 < cap else -1, cap)
         return shared_run(key, len(y), lambda: batch_swing(y, m, v, b, n0, warmup))  # type: ignore[return-value]

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, WARMUP, first_peak
-from ._ops import column_log, ewma, first_unusable
+from ._ops import column_log, first_unusable, shared_ewma
 
 
 class PeakRatioSpike(Detector):
@@ -122,7 +122,8 @@ class PeakRatioSpike(Detector):
         if k:
             self._recent.extend(x[max(0, k - w):k].tolist())
             if self._lj:
-                self._level = float(ewma(column_log(arrays[0], i, i + k), ALPHA, 1.0 - ALPHA, self._level)[-1])
+                self._level = float(shared_ewma(arrays[0], i, "log", column_log(arrays[0], i, i + k), ALPHA,
+                                                1.0 - ALPHA, self._level)[-1])
             self._n += k
             self._last_step = int(steps[i + k - 1])
         return k
