@@ -38,7 +38,17 @@ from typing import Any
 import numpy as np
 
 from .._events import Event
-from ._ops import column_id, column_log, ewma, ewvar, first_unusable, key_float, shared_run, shifted
+from ._ops import (
+    column_id,
+    column_log,
+    ewma,
+    ewvar,
+    first_unusable,
+    key_float,
+    same_float,
+    shared_run,
+    shifted,
+)
 
 #: EWMA weight of the level: a ~20-step average, so one batch moves it by a tenth of its deviation and
 #: noise in the level adds only 5 % to the residuals' variance (the reasoning of the former EWMASpike)
@@ -269,7 +279,10 @@ class EWMAJump:
         y = column_log(col, i, i + lim) if self.log else x
         p0, m0, v0, cid = self._pending, self._mean, self._var, column_id(col)
         key = None if cid is None else ("ewma_jump", cid, i, self.log, key_float(p0), key_float(m0), key_float(v0))
-        m, v, z = shared_run(key, lim, lambda: trajectory(y, p0, m0, v0, self.log))
+        # the values learned are those before each one: the column itself when the pending value is the one before i
+        prev = col[i - 1:i - 1 + lim] if i and not self.log else column_log(col, i - 1, i - 1 + lim) if i else None
+        u = prev if prev is not None and same_float(float(prev[0]), p0) else None
+        m, v, z = shared_run(key, lim, lambda: trajectory(y, p0, m0, v0, self.log, u))
         k, acc_up, acc_dn = lim, 0.0, 0.0
         if self._up:
             k, acc_up = self._evidence(z, k)
@@ -312,22 +325,29 @@ class EWMAJump:
         return lim, acc if end >= lim else 0.0
 
 
-def trajectory(y: np.ndarray, p0: float, m0: float, v0: float, log: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def trajectory(y: np.ndarray, p0: float, m0: float, v0: float, log: bool,
+               u: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The quiet path over the finite values ``y`` from pending value ``p0``, level ``m0`` and variance
-    ``v0``: the level and the variance after each value, and each value's z-score.
+    ``v0``: the level and the variance after each value, and each value's z-score (``u``, when given:
+    ``p0`` followed by ``y[:-1]``, the values learned).
     """
-    u = np.concatenate(([p0], y[:-1]))  # the value learned at each step is the one before it
+    if u is None:
+        u = np.concatenate(([p0], y[:-1]))  # the value learned at each step is the one before it
     m = ewma(u, ALPHA, _B, m0)
     mp = shifted(m, m0)
     du = u - mp
-    v = ewvar(du * du, VAR_ALPHA, _VB, v0)
+    v = ewvar(np.multiply(du, du, out=du), VAR_ALPHA, _VB, v0)
     vp = shifted(v, v0)
     if log:
-        z = (y - mp) / np.sqrt(vp + _LOG_FLOOR2)
-    else:
+        vp += _LOG_FLOOR2
+    else:  # vp + (f * f + 1e-300)
         f = LIN_FLOOR * np.abs(mp)
-        z = (y - mp) / np.sqrt(vp + (f * f + 1e-300))
-    return m, v, z
+        np.multiply(f, f, out=f)
+        f += 1e-300
+        vp += f
+    np.sqrt(vp, out=vp)
+    z = np.subtract(y, mp, out=mp)
+    return m, v, np.divide(z, vp, out=z)
 
 
 def first_peak(recent: deque[float], x: np.ndarray, cand: Sequence[int] | np.ndarray, ratio: float) -> int:

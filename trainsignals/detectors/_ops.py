@@ -22,16 +22,44 @@ def lfilter(*args: Any, **kwargs: Any) -> Any:
     return _lfilter(*args, **kwargs)
 
 
+_KERNEL: list[Callable[..., Any]] = []  # the first-order filter, found on first use
+
+
+def _first_order(c: float, b: float, x: np.ndarray, z0: float) -> np.ndarray:
+    """``lfilter([c], [1.0, -b], x, zi=[z0])[0]``: ``out[t] = c*x[t] + b*out[t-1]``, ``out[-1]*b = z0``.
+
+    ``lfilter`` checks its arguments and then runs SciPy's filter kernel; the many short stretches
+    of a batch run call the kernel directly (the same code on the same arguments), once a test on a
+    few values shows that this SciPy's kernel takes them as ``lfilter`` passes them.
+    """
+    if not _KERNEL:
+        _KERNEL.append(_kernel())
+    return _KERNEL[0](np.array([c]), np.array([1.0, -b]), x, -1, np.array([z0]))[0]  # type: ignore[no-any-return]
+
+
+def _kernel() -> Callable[..., Any]:
+    from scipy.signal import lfilter as _lfilter
+
+    try:
+        from scipy.signal._sigtools import _linear_filter  # SciPy's kernel behind lfilter
+
+        x = np.array([0.5, -1.25, 3.0, 1e-3])
+        if np.array_equal(_linear_filter(np.array([0.1]), np.array([1.0, -0.9]), x, -1, np.array([0.3]))[0],
+                          _lfilter([0.1], [1.0, -0.9], x, zi=[0.3])[0]):
+            return _linear_filter  # type: ignore[no-any-return]
+    except (ImportError, TypeError, ValueError, AttributeError):
+        pass
+    return lambda c, a, x, axis, zi: _lfilter(c, a, x, axis, zi)
+
+
 def ewma(x: np.ndarray, a: float, b: float, m0: float) -> np.ndarray:
     """``m[t] = a*x[t] + b*m[t-1]`` with ``m[-1] = m0``."""
-    out, _ = lfilter([a], [1.0, -b], x, zi=[b * m0])
-    return out  # type: ignore[no-any-return]
+    return _first_order(a, b, x, b * m0)
 
 
 def ewvar(d2: np.ndarray, a: float, b: float, v0: float) -> np.ndarray:
     """``v[t] = b*v[t-1] + (b*a)*d2[t]`` with ``v[-1] = v0`` (West's EWMA variance)."""
-    out, _ = lfilter([b * a], [1.0, -b], d2, zi=[b * v0])
-    return out  # type: ignore[no-any-return]
+    return _first_order(b * a, b, d2, b * v0)
 
 
 def shifted(arr: np.ndarray, first: float) -> np.ndarray:
