@@ -140,7 +140,7 @@ class EarlyClimbDivergence(Detector):
         y = y[:lim]
         h = m + 1
         ext = np.concatenate((np.asarray(self._buf), y))
-        noise = noise_levels(ext, h, self._a, self._b, self._noise)
+        noise = noise_levels(ext, h, self._a, self._b, self._noise, (arrays[0], i))
         gate = self.noise_mult * shifted(noise, self._noise)
         st = steps[i:i + lim]
         rising = np.ones(lim, dtype=bool)

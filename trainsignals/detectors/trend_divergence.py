@@ -138,7 +138,7 @@ class TrendDivergence(Detector):
             return 0
         y = y[:lim]
         ext = np.concatenate((np.asarray(self._buf), y))
-        noise = noise_levels(ext, w, self._a, self._b, self._noise)
+        noise = noise_levels(ext, w, self._a, self._b, self._noise, (arrays[0], i))
         st = steps[i:i + lim]
         span = ext[w:] - ext[1:1 + lim]  # the new values sit at ext[w:]
         cand = (st > self._cooldown_until) & (span >= self._rise) & (span >= shifted(noise, self._noise))
