@@ -41,8 +41,8 @@ __all__ = ["Detector", "DetectorProtocol", "Input", "Knob"]
 #: per input declaration (by identity, kept alive here): (name, is a scalar, the largest value that needs
 #: no check: ``None`` for any value, ``inf`` for a non-negative signal, 1 for a fraction) of each input
 _SPECS: dict[int, tuple[tuple[Input, ...], tuple[tuple[str, bool, float | None], ...]]] = {}
-_MIN_BLOCK = 2048
-_MAX_BLOCK = 1 << 18
+_MIN_BLOCK = 1024
+_MAX_BLOCK = 1 << 16
 
 
 class Input(NamedTuple):

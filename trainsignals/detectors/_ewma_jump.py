@@ -306,10 +306,21 @@ class EWMAJump:
         return k
 
     def _evidence(self, z: np.ndarray, lim: int) -> tuple[int, float]:
-        """Run the CUSUM over ``z[:lim]`` from 0: (index of the first anomalous value or ``lim``, the sum there)."""
+        """Run the CUSUM over ``z[:lim]`` from 0: (index of the first anomalous value or ``lim``, the sum there).
+
+        The sum leaves 0 only at a value above ``k``; most such values stay below ``h`` and the next
+        value takes the sum back to 0. Those runs are judged at once (with the loop's own arithmetic,
+        ``(0 + z) - k`` then ``(that + z') - k``); the loop walks the others.
+        """
         kk, h = self._k, self._h
+        cs = np.flatnonzero(z[:lim] > kk)
+        if len(cs):
+            r1 = z[cs] - kk
+            nxt = np.minimum(cs + 1, lim - 1)
+            gone = (r1 < h) & (cs + 1 < lim) & (r1 + z[nxt] - kk <= 0.0)  # back to 0 at the next value
+            cs = cs[~gone]
         acc, end = 0.0, 0
-        for c in np.flatnonzero(z[:lim] > kk).tolist():
+        for c in cs.tolist():
             if c < end:
                 continue
             t, acc = c, 0.0
