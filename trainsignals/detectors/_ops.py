@@ -240,16 +240,28 @@ def first_unusable(x: np.ndarray, i: int, j: int, positive: bool = False) -> int
 
     Inside :func:`sharing` the whole column is searched once.
     """
+    return _first(x, i, j, positive, False)
+
+
+def first_usable(x: np.ndarray, i: int, j: int, positive: bool = False) -> int:
+    """How many values of ``x[i:j]`` come before the first finite one (with ``positive``: finite and
+    > 0); ``j - i`` when none. Inside :func:`sharing` the whole column is searched once.
+    """
+    return _first(x, i, j, positive, True)
+
+
+def _first(x: np.ndarray, i: int, j: int, positive: bool, usable: bool) -> int:
     if not _SHARED.depth:
         with np.errstate(invalid="ignore"):
             seg = x[i:j]
-            return first_true(~(np.isfinite(seg) & (seg > 0.0)) if positive else ~np.isfinite(seg))
-    key = ("unusable+" if positive else "unusable", id(x))
+            good = (np.isfinite(seg) & (seg > 0.0)) if positive else np.isfinite(seg)
+        return first_true(good if usable else ~good)
+    key = ("usable" if usable else "unusable", positive, id(x))
     hit = _SHARED.store.get(key)
     if hit is None or hit[0] is not x:
         with np.errstate(invalid="ignore"):
-            bad = ~(np.isfinite(x) & (x > 0.0)) if positive else ~np.isfinite(x)
-        hit = _SHARED.store[key] = (x, np.flatnonzero(bad))
+            good = (np.isfinite(x) & (x > 0.0)) if positive else np.isfinite(x)
+        hit = _SHARED.store[key] = (x, np.flatnonzero(good if usable else ~good))
     idx = hit[1]
     at = int(np.searchsorted(idx, i))
     return (min(int(idx[at]), j) if at < len(idx) else j) - i

@@ -16,7 +16,7 @@ from itertools import islice
 
 import numpy as np
 
-from ._ops import column_id, ewma, key_float, shared_run, shifted
+from ._ops import column_id, ewma, first_usable, key_float, shared_run, shifted
 
 #: weight of the local swing EWMA (about 10 values of memory): the former ``Oscillation`` default
 VAR_ALPHA = 0.1
@@ -207,6 +207,26 @@ def lr_rise(ls: Sequence[float], w2: int) -> float:
     return min(cur) / ref if cur and ref > 0.0 else 0.0
 
 
+def lr_jumps(col: np.ndarray, i: int, n: int, last0: float, top0: float,
+             rise: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The learning rates of values ``[i, i + n)`` of ``col`` as the rules read them (nan: unknown, as are
+    inf and rates <= 0), which are known, the jumps (a known rate at least ``rise`` times the last known one
+    before it, ``last0`` before the stretch) and whether each jump is ``rise`` times the highest rate
+    before it (``top0`` before the stretch).
+    """
+    if first_usable(col, i, i + n, positive=True) == n:  # no rate known: no jump
+        return np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        lr = col[i:i + n]
+        lr = np.where(np.isfinite(lr) & (lr > 0.0), lr, np.nan)
+        known = ~np.isnan(lr)
+        idx = np.maximum.accumulate(np.where(known, np.arange(n), -1))
+        ff = np.where(idx >= 0, lr[np.maximum(idx, 0)], last0)  # the last known rate up to each value
+        jumps = np.flatnonzero(known & (lr >= rise * shifted(ff, last0)))
+        top = np.fmax.accumulate(np.concatenate(([top0], lr)))  # top[i]: the highest before value i
+        return lr, known, jumps, lr[jumps] >= rise * top[jumps]
+
+
 def batch_swing_ratio(yext: np.ndarray, ends: np.ndarray, w2: int, span: int) -> np.ndarray:
     """A looser row-wise twin of :func:`swing_ratio` (no line test) for windows ending at ``ends``."""
     views = np.lib.stride_tricks.sliding_window_view(yext, w2)
@@ -237,4 +257,4 @@ def watch_checks(n0: int, until0: int, arms: list[int], watch: int, end: int) ->
 
 __all__ = ["BASE_ALPHA", "EFFICIENCY", "MAD_SD", "SCALE_FLOOR", "SLACK", "SPAN", "STRIDE", "VAR_ALPHA", "batch_ljung_box",
            "batch_residuals", "batch_scale", "batch_swing", "batch_swing_ratio", "chi2_crit", "grad_move",
-           "kept", "ljung_box", "lr_rise", "median", "plain", "residuals", "scale", "spread", "swing", "swing_ratio", "watch_checks"]
+           "kept", "ljung_box", "lr_jumps", "lr_rise", "median", "plain", "residuals", "scale", "spread", "swing", "swing_ratio", "watch_checks"]
