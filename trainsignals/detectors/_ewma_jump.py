@@ -46,6 +46,7 @@ from ._ops import (
     first_unusable,
     key_float,
     same_float,
+    shared,
     shared_run,
     shifted,
 )
@@ -283,13 +284,8 @@ class EWMAJump:
         prev = col[i - 1:i - 1 + lim] if i and not self.log else column_log(col, i - 1, i - 1 + lim) if i else None
         u = prev if prev is not None and same_float(float(prev[0]), p0) else None
         m, v, z = shared_run(key, lim, lambda: trajectory(y, p0, m0, v0, self.log, u))
-        k, acc_up, acc_dn = lim, 0.0, 0.0
-        if self._up:
-            k, acc_up = self._evidence(z, k)
-        if self._dn:
-            k2, acc_dn = self._evidence(-z, k)
-            if k2 < k:
-                k, acc_up = k2, self._evidence(z, k2)[1] if self._up else 0.0
+        k, acc_up, acc_dn = shared(None if key is None else (*key, lim, self._k, self._h, self._up, self._dn),
+                                   lambda: self._cusum(z, lim))
         if self._peak_n and k:
             c = first_peak(self._recent, x[:k], np.flatnonzero(z[:k] > self._k) if self._up else (), self._peak)
             if c < k:
@@ -304,6 +300,19 @@ class EWMAJump:
             self._acc_up, self._acc_dn = acc_up, acc_dn
             self._last_step = int(steps[i + k - 1])
         return k
+
+    def _cusum(self, z: np.ndarray, lim: int) -> tuple[int, float, float]:
+        """The watched CUSUMs over ``z[:lim]`` from 0: (index of the first anomalous value or ``lim``, the
+        upward and the downward sum there).
+        """
+        k, acc_up, acc_dn = lim, 0.0, 0.0
+        if self._up:
+            k, acc_up = self._evidence(z, k)
+        if self._dn:
+            k2, acc_dn = self._evidence(-z, k)
+            if k2 < k:
+                k, acc_up = k2, self._evidence(z, k2)[1] if self._up else 0.0
+        return k, acc_up, acc_dn
 
     def _evidence(self, z: np.ndarray, lim: int) -> tuple[int, float]:
         """Run the CUSUM over ``z[:lim]`` from 0: (index of the first anomalous value or ``lim``, the sum there).
@@ -368,9 +377,11 @@ def first_peak(recent: deque[float], x: np.ndarray, cand: Sequence[int] | np.nda
     w = recent.maxlen or 0
     if not len(cand) or not recent or not w:
         return len(x)
+    cs = np.asarray(cand, dtype=np.int64)
+    cs = cs[x[cs] >= ratio * np.where(cs > 0, x[np.maximum(cs - 1, 0)], recent[-1])]  # the value before is in the window
     rec: list[float] | None = None
     pad = w - len(recent)  # the window of c: the last w - c of the kept values (as many as there are), x[:c]
-    for c in np.asarray(cand, dtype=np.int64).tolist():
+    for c in cs.tolist():
         top = float(x[max(0, c - w):c].max()) if c else -math.inf
         if c - pad < len(recent):
             if rec is None:
