@@ -34,6 +34,8 @@ from ._ops import (
     column_log,
     ewma,
     first_true,
+    first_unusable,
+    first_usable,
     key_float,
     key_floats,
     shared,
@@ -200,11 +202,13 @@ class PlateauRule(Detector):
                           gain, delta, f"{self._what(gain, best, onset)} {because}")
 
     # -- the batch path ---------------------------------------------------------------------
-    def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> np.ndarray | None:
-        """Values ``[i, j)`` the rule's own inputs send to the scalar path (``None``: decline all);
-        what the rule computes here for its other hooks goes in ``ctx``.
+    def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int,
+                    ctx: dict[str, Any]) -> np.ndarray | int | None:
+        """Values ``[i, j)`` the rule's own inputs send to the scalar path: a mask, or how many values
+        come before the first of them (``None``: decline all); what the rule computes here for its
+        other hooks goes in ``ctx``.
         """
-        return np.zeros(j - i, dtype=bool)
+        return j - i
 
     def _fire_mask(self, blk: Block, ctx: dict[str, Any]) -> np.ndarray:
         raise NotImplementedError
@@ -222,7 +226,7 @@ class PlateauRule(Detector):
         if extra is None:
             return 0
         y = column_log(arrays[0], i, j)
-        lim = first_true(~np.isfinite(y) | extra)
+        lim = min(first_unusable(arrays[0], i, j, positive=True), extra if isinstance(extra, int) else first_true(extra))
         if lim == 0:
             return 0
         cid = column_id(arrays[0])
@@ -317,11 +321,11 @@ class GradPlateauRule(PlateauRule):
         return (f"while the grad norm fell {then - g:.1f} decades and the loss {(self._hist[0] - best) / LN10:.1f}"
                 if g is not None and then is not None else "")
 
-    def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> np.ndarray | None:
-        ctx["lg"] = lg = column_log(arrays[1], i, j, base10=True)
+    def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> int:
+        ctx["lg"] = column_log(arrays[1], i, j, base10=True)
         ctx["at"] = (column_id(arrays[1]), i)
-        ok = np.isfinite(lg)
-        return ok if self._g is None else ~ok  # a grad norm appearing, or missing among present ones: scalar
+        # a grad norm appearing, or missing among present ones: scalar (log10 is finite where the log is)
+        return (first_usable if self._g is None else first_unusable)(arrays[1], i, j, positive=True)
 
     def _grad_run(self, ctx: dict[str, Any], n: int) -> np.ndarray:
         """The grad level after each of the first ``n`` values of the block (shared within a batch run)."""

@@ -163,7 +163,10 @@ def batch_swing(y: np.ndarray, m: float, v: float, b: float, n0: int, warmup: in
     vs = ewma(np.abs(y - shifted(y, m)), VAR_ALPHA, 1.0 - VAR_ALPHA, v)
     k = min(len(y), max(0, min(warmup, round(1 / BASE_ALPHA)) - n0))  # values whose baseline is a plain mean
     bs = np.empty_like(vs)
-    bs[:k] = ((n0 - 1) * b + np.cumsum(vs[:k])) / (n0 + np.arange(k))
+    bk = b
+    for t, vt in enumerate(vs[:k].tolist()):  # the scalar path's arithmetic: a = 1/n, at most 200 values a run
+        a = max(BASE_ALPHA, 1.0 / (n0 + t))
+        bs[t] = bk = a * vt + (1.0 - a) * bk
     if k < len(y):
         bs[k:] = ewma(vs[k:], BASE_ALPHA, 1.0 - BASE_ALPHA, float(bs[k - 1]) if k else b)
     return vs, bs, shifted(bs, b)
