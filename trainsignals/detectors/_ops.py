@@ -222,6 +222,22 @@ def key_floats(vs: Any) -> bytes:
     return np.asarray(vs, dtype=np.float64).tobytes()
 
 
+def rises(x: np.ndarray, i: int, j: int, ratio: float) -> np.ndarray:
+    """The positions ``t`` in ``[i, j)`` (``i >= 1``) where ``x[t] >= ratio * x[t - 1]`` (inside :func:`sharing`,
+    found once for the whole column).
+    """
+    if not _SHARED.depth:
+        with np.errstate(invalid="ignore"):
+            return np.flatnonzero(x[i:j] >= ratio * x[i - 1:j - 1]) + i  # type: ignore[no-any-return]
+    key = ("rises", id(x), key_float(ratio))
+    hit = _SHARED.store.get(key)
+    if hit is None or hit[0] is not x:
+        with np.errstate(invalid="ignore"):
+            hit = _SHARED.store[key] = (x, frozen(np.flatnonzero(x[1:] >= ratio * x[:-1]) + 1))
+    idx = hit[1]
+    return idx[np.searchsorted(idx, i):np.searchsorted(idx, j)]  # type: ignore[no-any-return]
+
+
 def nondecreasing(st: np.ndarray) -> bool:
     """Whether the steps ``st`` never decrease (inside :func:`sharing`, checked once per array)."""
     key = ("nondecreasing", id(st))

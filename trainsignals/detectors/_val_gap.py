@@ -17,7 +17,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import NEVER, column_log, ewma, first_true, first_unusable, shared_ewma
+from ._ops import NEVER, column_log, ewma, first_unusable, first_usable, shared_ewma
 
 #: relative improvement that counts as a new best validation: the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
@@ -124,7 +124,7 @@ class ValGapRule(Detector):
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         """Steps without a validation only move the smoothed train level: one vectorised EWMA."""
-        k = first_true(np.isfinite(arrays[1][i:j]))
+        k = first_usable(arrays[1], i, j)
         if k:
             u = column_log(arrays[0], i, i + k)
             whole = first_unusable(arrays[0], i, i + k, positive=True) == k
