@@ -17,7 +17,9 @@ The batch twin works by *speculative vectorisation*: a detector's ``_fast`` meth
 state over a block of ordinary inputs with NumPy (linear recurrences through
 ``scipy.signal.lfilter``, windows through sliding views) and stops at the first input that needs
 the scalar logic (an alarm candidate, a non-finite value, warm-up, cooldown). That input is then
-fed to the scalar ``_step``, so every decision is taken by the same code on both paths.
+fed to the scalar ``_step``, so every decision is taken by the same code on both paths. Within one
+batch run the detectors share the logs and recurrences they compute on the same columns
+(:func:`trainsignals.detectors._ops.sharing`).
 """
 
 from __future__ import annotations

@@ -2,6 +2,12 @@
 
 The scalar paths use exactly these forms, ``m = a*x + b*m`` with ``b = 1 - a``, so that
 ``scipy.signal.lfilter`` and the Python loop evaluate the same expression.
+
+Within one batch run (:func:`sharing`: ``Detector.scan`` and ``Monitor.scan`` open one) the
+detectors also share what they compute on the same input columns: the log of a column, where its
+unusable values are, and a recurrence run from the same state at the same position (the same
+arithmetic on the same numbers gives the same numbers, so sharing changes no value). What is
+shared is read-only.
 """
 
 from __future__ import annotations
@@ -272,6 +278,12 @@ def _first(x: np.ndarray, i: int, j: int, positive: bool, usable: bool) -> int:
             seg = x[i:j]
             good = (np.isfinite(seg) & (seg > 0.0)) if positive else np.isfinite(seg)
         return first_true(good if usable else ~good)
+    clean = _SHARED.store.get(("clean", id(x)))
+    if clean is None or clean[0] is not x:  # the common column: every value finite and > 0
+        with np.errstate(invalid="ignore"):
+            clean = _SHARED.store[("clean", id(x))] = (x, bool(np.all(x > 0.0)) and bool(np.isfinite(x).all()))
+    if clean[1]:
+        return 0 if usable else j - i
     key = ("usable" if usable else "unusable", positive, id(x))
     hit = _SHARED.store.get(key)
     if hit is None or hit[0] is not x:
