@@ -1,6 +1,7 @@
 """Speed and memory of the core, as ratios against baselines measured in the same run.
 
 Run:  python benchmarks/bench_core.py [--steps 1000000] [--json out.json]
+      python benchmarks/bench_core.py --quick   (100,000 scan steps, 5,000 values per update figure: a quick look)
 
 Targets (issue "Core engine"):
 * each scalar detector's ``update`` within 2x of river's ``PageHinkley.update``;
@@ -45,7 +46,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=1_000_000, help="steps for the scan benchmark")
     ap.add_argument("--stream", type=int, default=20_000, help="values for the per-update benchmarks")
     ap.add_argument("--json", help="write the figures to this file")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smaller run: 100,000 scan steps, 5,000 values per update figure, 10,000 streamed steps")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.steps, args.stream = 100_000, 5_000
 
     from river.drift import ADWIN, PageHinkley
 
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
         best = min(best, time.perf_counter() - t0)
     rate = n / best
     res["scan_steps_per_s"] = rate
-    k = min(n, 50_000)
+    k = min(n, 10_000 if args.quick else 50_000)
     m2 = ts.Monitor()
     t0 = time.perf_counter()
     streamed = []

@@ -19,6 +19,7 @@ from ._recorder import Recorder
 from ._validate import check_choice, check_range, to_step
 from ._version import __version__
 from .detectors._base import Detector, _jsonable
+from .detectors._ops import nondecreasing, sharing
 from .policy import EventPolicy
 from .signals import DENSE_SIGNALS, SIGNALS, Column, column, dense_values, layers, scalar
 from .signals import activations as _activations
@@ -497,34 +498,35 @@ class Monitor:
 
             steps = as_steps("step", step, n)
         every = [steps] + [c.steps for c in cols.values() if c.steps is not None]
-        for st in every:
-            if len(st) and (np.any(np.diff(st) < 0) or st[0] < self._step):
+        for st in every:  # steps made here count up by construction
+            if len(st) and (st[0] < self._step or not ((st is steps and step is None) or nondecreasing(st))):
                 raise ValueError("step must not decrease")
         for c in cols.values():
             if c.names is not None:
                 self._layer_names.setdefault(c.name, c.names)
         per_det: list[list[Event]] = []
-        for det in self._suite.values():
-            mine = {i.name: cols[i.name] for i in det.inputs if i.name in cols}
-            required = [i.name for i in det.inputs if i.required]
-            if not mine or not all(r in mine for r in required):
-                per_det.append([])
-                continue
-            per_det.append(det.scan(steps=steps, **mine))
-        merged: list[tuple[int, int, int, Event]] = []
-        for order, evs in enumerate(per_det):
-            for seq, ev in enumerate(evs):
-                merged.append((ev.step, order, seq, ev))
-        merged.sort(key=lambda t: t[:3])
-        out = [m[3] for m in merged]
-        lc = cols.get("loss")
-        if lc is None:
-            out = self.policy.apply_scan(out, steps[:0], np.zeros(0))
-        elif lc.steps is not None:
-            out = self.policy.apply_scan(out, lc.steps, lc.values)
-        else:
-            out = self.policy.apply_scan(out, steps if lc.mask is None else steps[lc.mask],
-                                         lc.values if lc.mask is None else lc.values[lc.mask])
+        with sharing():  # the detectors and the policy share the logs and recurrences of the same columns
+            for det in self._suite.values():
+                mine = {i.name: cols[i.name] for i in det.inputs if i.name in cols}
+                required = [i.name for i in det.inputs if i.required]
+                if not mine or not all(r in mine for r in required):
+                    per_det.append([])
+                    continue
+                per_det.append(det.scan(steps=steps, **mine))
+            merged: list[tuple[int, int, int, Event]] = []
+            for order, evs in enumerate(per_det):
+                for seq, ev in enumerate(evs):
+                    merged.append((ev.step, order, seq, ev))
+            merged.sort(key=lambda t: t[:3])
+            out = [m[3] for m in merged]
+            lc = cols.get("loss")
+            if lc is None:
+                out = self.policy.apply_scan(out, steps[:0], np.zeros(0))
+            elif lc.steps is not None:
+                out = self.policy.apply_scan(out, lc.steps, lc.values)
+            else:
+                out = self.policy.apply_scan(out, steps if lc.mask is None else steps[lc.mask],
+                                             lc.values if lc.mask is None else lc.values[lc.mask])
         # bookkeeping identical to the streaming path
         last = [self._step] + [int(st.max()) for st in every if len(st)]
         if lc is not None:

@@ -47,7 +47,7 @@ import numpy as np
 from ._events import Event, check_kinds
 from ._validate import check_range
 from .detectors._ewma_jump import ALPHA, HOLD
-from .detectors._ops import ewma
+from .detectors._ops import column_log, ewma, first_unusable, shared_ewma
 
 __all__ = ["EventPolicy"]
 
@@ -175,16 +175,18 @@ class EventPolicy:
         old = np.array(self._hist, dtype=np.float64).reshape(-1, 3)
         st = gl = lev = np.zeros(0)
         if self.guard_kinds and len(loss):
+            whole = first_unusable(loss, 0, len(loss), positive=True) == len(loss)
             with np.errstate(divide="ignore", invalid="ignore"):
                 ok = (loss > 0.0) & np.isfinite(loss)
-                gl = np.log(loss[ok])
+                gl = column_log(loss, 0, len(loss)) if whole else np.log(loss[ok])
             st = loss_steps[ok].astype(np.float64)
             if len(gl):
-                m0 = float(old[-1, 2]) if len(old) else float(gl[0])
-                lev = ewma(gl, ALPHA, 1.0 - ALPHA, m0)
-                if not len(old):  # the first loss is the level
-                    lev[0] = gl[0]
-                    lev[1:] = ewma(gl[1:], ALPHA, 1.0 - ALPHA, float(gl[0]))
+                m0, at = (float(old[-1, 2]), 0) if len(old) else (float(gl[0]), 1)  # else the first loss is the level
+                # a whole loss column: the level is the average the detectors of the scan may have run already
+                lev = shared_ewma(loss, at, "log", gl[at:], ALPHA, 1.0 - ALPHA, m0) if whole else \
+                    ewma(gl[at:], ALPHA, 1.0 - ALPHA, m0)
+                if at:
+                    lev = np.concatenate((gl[:1], lev))
         out = events
         if events:
             new = np.column_stack((st, gl, lev))

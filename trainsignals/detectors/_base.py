@@ -17,7 +17,9 @@ The batch twin works by *speculative vectorisation*: a detector's ``_fast`` meth
 state over a block of ordinary inputs with NumPy (linear recurrences through
 ``scipy.signal.lfilter``, windows through sliding views) and stops at the first input that needs
 the scalar logic (an alarm candidate, a non-finite value, warm-up, cooldown). That input is then
-fed to the scalar ``_step``, so every decision is taken by the same code on both paths.
+fed to the scalar ``_step``, so every decision is taken by the same code on both paths. Within one
+batch run the detectors share the logs and recurrences they compute on the same columns
+(:func:`trainsignals.detectors._ops.sharing`).
 """
 
 from __future__ import annotations
@@ -34,14 +36,15 @@ from .._events import Event
 from .._layers import LayerValues
 from .._validate import to_step
 from ..signals import SIGNALS, Column, LayerStats, activations, as_steps, column, layers, scalar
+from ._ops import nondecreasing, sharing
 
 __all__ = ["Detector", "DetectorProtocol", "Input", "Knob"]
 
 #: per input declaration (by identity, kept alive here): (name, is a scalar, the largest value that needs
 #: no check: ``None`` for any value, ``inf`` for a non-negative signal, 1 for a fraction) of each input
 _SPECS: dict[int, tuple[tuple[Input, ...], tuple[tuple[str, bool, float | None], ...]]] = {}
-_MIN_BLOCK = 2048
-_MAX_BLOCK = 1 << 15
+_MIN_BLOCK = 1024
+_MAX_BLOCK = 1 << 16
 
 
 class Input(NamedTuple):
@@ -325,8 +328,9 @@ class Detector:
         self._check_names(signals, "scan")
         cols = {i.name: column(i.name, signals[i.name], self.layer_names)
                 for i in self.inputs if signals.get(i.name) is not None}
-        arrays, st = align(self.inputs, cols, steps, self._last_step)
-        return self._drive(arrays, st, [cols[i.name].names if i.name in cols else None for i in self.inputs])
+        with sharing():
+            arrays, st = align(self.inputs, cols, steps, self._last_step)
+            return self._drive(arrays, st, [cols[i.name].names if i.name in cols else None for i in self.inputs])
 
     def _drive(self, cols: list[Any], steps: np.ndarray,
              names: Sequence[tuple[str, ...] | None] | None = None) -> list[Event]:
@@ -386,7 +390,7 @@ def align(inputs: Sequence[Input], cols: Mapping[str, Column], steps: Any,
             as_steps("steps", steps, n)
     else:
         st = np.zeros(0, dtype=np.int64)
-    if len(st) and (st[0] < last_step or np.any(np.diff(st) < 0)):
+    if len(st) and (st[0] < last_step or not nondecreasing(st)):
         raise ValueError("step must not decrease")
     sparse = [c for c in cols.values() if c.steps is not None]
     masked = any(c.mask is not None for c in aligned)

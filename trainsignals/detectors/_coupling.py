@@ -18,7 +18,7 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import NEVER, ewma, first_true
+from ._ops import NEVER, column_log, first_true, first_unusable, shared_ewma
 
 #: natural log of 10: decades to log units
 LN10 = math.log(10.0)
@@ -133,14 +133,12 @@ class CouplingLevels(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if len(self._gs) <= self.lag:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            u = np.log(arrays[0][i:j])
-            g = np.log(arrays[1][i:j])
-        lim = first_true(~(np.isfinite(u) & np.isfinite(g)))
+        u, g = column_log(arrays[0], i, j), column_log(arrays[1], i, j)
+        lim = min(first_unusable(arrays[0], i, j, positive=True), first_unusable(arrays[1], i, j, positive=True))
         if lim == 0:
             return 0
-        uu = ewma(u[:lim], self._a, self._b, self._u)
-        gg = ewma(g[:lim], self._a, self._b, self._g)
+        uu = shared_ewma(arrays[0], i, "log", u[:lim], self._a, self._b, self._u)
+        gg = shared_ewma(arrays[1], i, "log", g[:lim], self._a, self._b, self._g)
         gext = np.concatenate((np.asarray(self._gs), gg))
         dg = gg - gext[1:lim + 1]  # the ring holds lag+1 levels: index c+1 is lag values back
         o = self.lag + 1 - self._span  # and index c+o is span values back

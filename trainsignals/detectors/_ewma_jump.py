@@ -38,7 +38,18 @@ from typing import Any
 import numpy as np
 
 from .._events import Event
-from ._ops import ewma, ewvar, first_true, shifted
+from ._ops import (
+    column_id,
+    column_log,
+    ewma,
+    ewvar,
+    first_unusable,
+    key_float,
+    same_float,
+    shared,
+    shared_run,
+    shifted,
+)
 
 #: EWMA weight of the level: a ~20-step average, so one batch moves it by a tenth of its deviation and
 #: noise in the level adds only 5 % to the residuals' variance (the reasoning of the former EWMASpike)
@@ -258,38 +269,23 @@ class EWMAJump:
         self._mean, self._has_pending, self._run = level, False, 0
         self._acc_up = self._acc_dn = 0.0
 
-    def _track_fast(self, x: np.ndarray, steps: np.ndarray, i: int) -> int:
-        """Vectorised advance over the quiet prefix of ``x`` (values ``i...`` of the scan)."""
+    def _track_fast(self, col: np.ndarray, steps: np.ndarray, i: int, j: int) -> int:
+        """Vectorised advance over the quiet prefix of values ``[i, j)`` of the input column ``col``."""
         if self._n < WARMUP or not self._has_pending or self._run or self._ep_left or self._acc_up or self._acc_dn:
             return 0
-        if self.log:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                y = np.log(x)
-        else:
-            y = x
-        lim = first_true(~np.isfinite(y))
+        lim = first_unusable(col, i, j, positive=self.log)
         if lim == 0:
             return 0
-        y = y[:lim]
-        u = np.concatenate(([self._pending], y[:-1]))  # the value learned at each step is the one before it
-        m0, v0 = self._mean, self._var
-        m = ewma(u, ALPHA, _B, m0)
-        mp = shifted(m, m0)
-        du = u - mp
-        v = ewvar(du * du, VAR_ALPHA, _VB, v0)
-        vp = shifted(v, v0)
-        if self.log:
-            z = (y - mp) / np.sqrt(vp + _LOG_FLOOR2)
-        else:
-            f = LIN_FLOOR * np.abs(mp)
-            z = (y - mp) / np.sqrt(vp + (f * f + 1e-300))
-        k, acc_up, acc_dn = lim, 0.0, 0.0
-        if self._up:
-            k, acc_up = self._evidence(z, k)
-        if self._dn:
-            k2, acc_dn = self._evidence(-z, k)
-            if k2 < k:
-                k, acc_up = k2, self._evidence(z, k2)[1] if self._up else 0.0
+        x = col[i:i + lim]
+        y = column_log(col, i, i + lim) if self.log else x
+        p0, m0, v0, cid = self._pending, self._mean, self._var, column_id(col)
+        key = None if cid is None else ("ewma_jump", cid, i, self.log, key_float(p0), key_float(m0), key_float(v0))
+        # the values learned are those before each one: the column itself when the pending value is the one before i
+        prev = col[i - 1:i - 1 + lim] if i and not self.log else column_log(col, i - 1, i - 1 + lim) if i else None
+        u = prev if prev is not None and same_float(float(prev[0]), p0) else None
+        m, v, z = shared_run(key, lim, lambda: trajectory(y, p0, m0, v0, self.log, u))
+        k, acc_up, acc_dn = shared(None if key is None else (*key, lim, self._k, self._h, self._up, self._dn),
+                                   lambda: self._cusum(z, lim))
         if self._peak_n and k:
             c = first_peak(self._recent, x[:k], np.flatnonzero(z[:k] > self._k) if self._up else (), self._peak)
             if c < k:
@@ -305,11 +301,35 @@ class EWMAJump:
             self._last_step = int(steps[i + k - 1])
         return k
 
+    def _cusum(self, z: np.ndarray, lim: int) -> tuple[int, float, float]:
+        """The watched CUSUMs over ``z[:lim]`` from 0: (index of the first anomalous value or ``lim``, the
+        upward and the downward sum there).
+        """
+        k, acc_up, acc_dn = lim, 0.0, 0.0
+        if self._up:
+            k, acc_up = self._evidence(z, k)
+        if self._dn:
+            k2, acc_dn = self._evidence(-z, k)
+            if k2 < k:
+                k, acc_up = k2, self._evidence(z, k2)[1] if self._up else 0.0
+        return k, acc_up, acc_dn
+
     def _evidence(self, z: np.ndarray, lim: int) -> tuple[int, float]:
-        """Run the CUSUM over ``z[:lim]`` from 0: (index of the first anomalous value or ``lim``, the sum there)."""
+        """Run the CUSUM over ``z[:lim]`` from 0: (index of the first anomalous value or ``lim``, the sum there).
+
+        The sum leaves 0 only at a value above ``k``; most such values stay below ``h`` and the next
+        value takes the sum back to 0. Those runs are judged at once (with the loop's own arithmetic,
+        ``(0 + z) - k`` then ``(that + z') - k``); the loop walks the others.
+        """
         kk, h = self._k, self._h
+        cs = np.flatnonzero(z[:lim] > kk)
+        if len(cs):
+            r1 = z[cs] - kk
+            nxt = np.minimum(cs + 1, lim - 1)
+            gone = (r1 < h) & (cs + 1 < lim) & (r1 + z[nxt] - kk <= 0.0)  # back to 0 at the next value
+            cs = cs[~gone]
         acc, end = 0.0, 0
-        for c in np.flatnonzero(z[:lim] > kk).tolist():
+        for c in cs.tolist():
             if c < end:
                 continue
             t, acc = c, 0.0
@@ -325,16 +345,48 @@ class EWMAJump:
         return lim, acc if end >= lim else 0.0
 
 
+def trajectory(y: np.ndarray, p0: float, m0: float, v0: float, log: bool,
+               u: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The quiet path over the finite values ``y`` from pending value ``p0``, level ``m0`` and variance
+    ``v0``: the level and the variance after each value, and each value's z-score (``u``, when given:
+    ``p0`` followed by ``y[:-1]``, the values learned).
+    """
+    if u is None:
+        u = np.concatenate(([p0], y[:-1]))  # the value learned at each step is the one before it
+    m = ewma(u, ALPHA, _B, m0)
+    mp = shifted(m, m0)
+    du = u - mp
+    v = ewvar(np.multiply(du, du, out=du), VAR_ALPHA, _VB, v0)
+    vp = shifted(v, v0)
+    if log:
+        vp += _LOG_FLOOR2
+    else:  # vp + (f * f + 1e-300)
+        f = LIN_FLOOR * np.abs(mp)
+        np.multiply(f, f, out=f)
+        f += 1e-300
+        vp += f
+    np.sqrt(vp, out=vp)
+    z = np.subtract(y, mp, out=mp)
+    return m, v, np.divide(z, vp, out=z)
+
+
 def first_peak(recent: deque[float], x: np.ndarray, cand: Sequence[int] | np.ndarray, ratio: float) -> int:
     """Index of the first candidate ``c`` with ``x[c] >= ratio * max`` of the ``recent.maxlen`` values
     before it (the kept ``recent`` values, then ``x``'s), or ``len(x)``.
     """
-    cs = np.asarray(cand, dtype=np.int64)
     w = recent.maxlen or 0
-    if not len(cs) or not recent or not w:
+    if not len(cand) or not recent or not w:
         return len(x)
-    rec = np.asarray(recent, dtype=np.float64)
-    pad = np.concatenate((np.full(w - len(rec), -np.inf), rec, x))
-    top = np.lib.stride_tricks.sliding_window_view(pad, w)[cs].max(axis=1)  # window of c: pad[c:c + w]
-    hit = x[cs] >= ratio * top
-    return int(cs[np.argmax(hit)]) if hit.any() else len(x)
+    cs = np.asarray(cand, dtype=np.int64)
+    cs = cs[x[cs] >= ratio * np.where(cs > 0, x[np.maximum(cs - 1, 0)], recent[-1])]  # the value before is in the window
+    rec: list[float] | None = None
+    pad = w - len(recent)  # the window of c: the last w - c of the kept values (as many as there are), x[:c]
+    for c in cs.tolist():
+        top = float(x[max(0, c - w):c].max()) if c else -math.inf
+        if c - pad < len(recent):
+            if rec is None:
+                rec = list(recent)
+            top = max(top, max(rec[max(0, c - pad):]))
+        if x[c] >= ratio * top:
+            return int(c)
+    return len(x)

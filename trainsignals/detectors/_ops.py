@@ -2,10 +2,20 @@
 
 The scalar paths use exactly these forms, ``m = a*x + b*m`` with ``b = 1 - a``, so that
 ``scipy.signal.lfilter`` and the Python loop evaluate the same expression.
+
+Within one batch run (:func:`sharing`: ``Detector.scan`` and ``Monitor.scan`` open one) the
+detectors also share what they compute on the same input columns: the log of a column, where its
+unusable values are, and a recurrence run from the same state at the same position (the same
+arithmetic on the same numbers gives the same numbers, so sharing changes no value). What is
+shared is read-only.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -18,16 +28,44 @@ def lfilter(*args: Any, **kwargs: Any) -> Any:
     return _lfilter(*args, **kwargs)
 
 
+_KERNEL: list[Callable[..., Any]] = []  # the first-order filter, found on first use
+
+
+def _first_order(c: float, b: float, x: np.ndarray, z0: float) -> np.ndarray:
+    """``lfilter([c], [1.0, -b], x, zi=[z0])[0]``: ``out[t] = c*x[t] + b*out[t-1]``, ``out[-1]*b = z0``.
+
+    ``lfilter`` checks its arguments and then runs SciPy's filter kernel; the many short stretches
+    of a batch run call the kernel directly (the same code on the same arguments), once a test on a
+    few values shows that this SciPy's kernel takes them as ``lfilter`` passes them.
+    """
+    if not _KERNEL:
+        _KERNEL.append(_kernel())
+    return _KERNEL[0](np.array([c]), np.array([1.0, -b]), x, -1, np.array([z0]))[0]  # type: ignore[no-any-return]
+
+
+def _kernel() -> Callable[..., Any]:
+    from scipy.signal import lfilter as _lfilter
+
+    try:
+        from scipy.signal._sigtools import _linear_filter  # SciPy's kernel behind lfilter
+
+        x = np.array([0.5, -1.25, 3.0, 1e-3])
+        if np.array_equal(_linear_filter(np.array([0.1]), np.array([1.0, -0.9]), x, -1, np.array([0.3]))[0],
+                          _lfilter([0.1], [1.0, -0.9], x, zi=[0.3])[0]):
+            return _linear_filter  # type: ignore[no-any-return]
+    except (ImportError, TypeError, ValueError, AttributeError):
+        pass
+    return lambda c, a, x, axis, zi: _lfilter(c, a, x, axis, zi)
+
+
 def ewma(x: np.ndarray, a: float, b: float, m0: float) -> np.ndarray:
     """``m[t] = a*x[t] + b*m[t-1]`` with ``m[-1] = m0``."""
-    out, _ = lfilter([a], [1.0, -b], x, zi=[b * m0])
-    return out  # type: ignore[no-any-return]
+    return _first_order(a, b, x, b * m0)
 
 
 def ewvar(d2: np.ndarray, a: float, b: float, v0: float) -> np.ndarray:
     """``v[t] = b*v[t-1] + (b*a)*d2[t]`` with ``v[-1] = v0`` (West's EWMA variance)."""
-    out, _ = lfilter([b * a], [1.0, -b], d2, zi=[b * v0])
-    return out  # type: ignore[no-any-return]
+    return _first_order(b * a, b, d2, b * v0)
 
 
 def shifted(arr: np.ndarray, first: float) -> np.ndarray:
@@ -49,3 +87,209 @@ def first_true(mask: np.ndarray) -> int:
 #: a step before any step a run can have (steps lie above -2**62: trainsignals._validate.to_step);
 #: the "no event yet" of the detectors' cooldowns
 NEVER = -(2**62)
+
+
+class _Shared(threading.local):
+    """The computations one batch run shares between its detectors (per thread)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.store: dict[Any, Any] = {}
+
+
+_SHARED = _Shared()
+#: the stretches of one average a batch run keeps for reuse (the latest)
+_MAX_RUNS = 64
+
+
+@contextmanager
+def sharing() -> Iterator[None]:
+    """A batch run whose detectors share what they compute on the same inputs.
+
+    Within it, :func:`column_log` takes the log of a whole input column once, and
+    :func:`shared_run` hands a recurrence computed by one detector to every other detector that
+    asks for it from the same state at the same position (the same code on the same numbers gives
+    the same numbers, so sharing changes no value). Everything is forgotten when the outermost
+    ``sharing`` ends: the inputs of the next run may be other arrays, or the same ones changed.
+    """
+    _SHARED.depth += 1
+    try:
+        yield
+    finally:
+        _SHARED.depth -= 1
+        if not _SHARED.depth:
+            _SHARED.store.clear()
+
+
+def column_log(x: np.ndarray, i: int, j: int, base10: bool = False) -> np.ndarray:
+    """``log(x[i:j])`` (``log10`` with ``base10``), ``nan``/``-inf`` where the log is undefined.
+
+    Inside :func:`sharing` the log of the whole column ``x`` is taken once and sliced.
+    """
+    if not _SHARED.depth:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log10(x[i:j]) if base10 else np.log(x[i:j])  # type: ignore[no-any-return]
+    key = ("log10" if base10 else "log", id(x))
+    hit = _SHARED.store.get(key)
+    if hit is None or hit[0] is not x:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hit = _SHARED.store[key] = (x, frozen(np.log10(x) if base10 else np.log(x)))
+    return hit[1][i:j]  # type: ignore[no-any-return]
+
+
+def column_id(x: np.ndarray) -> int | None:
+    """A name of the input column ``x`` for :func:`shared_run` keys, valid for the batch run (``None``
+    outside :func:`sharing`: nothing is shared).
+    """
+    if not _SHARED.depth:
+        return None
+    _SHARED.store.setdefault(("column", id(x)), x)  # held: its id names no other array during the run
+    return id(x)
+
+
+def shared_run(key: tuple[Any, ...] | None, n: int,
+               compute: Callable[[], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """``compute()``: arrays of length ``n``, or the first ``n`` of what a detector of this batch run
+    computed under the same ``key`` (which names the column, the position and the exact state the
+    recurrence starts from; see :func:`key_float`). ``key=None``: not shared.
+    """
+    if key is None or not _SHARED.depth:
+        return compute()
+    hit = _SHARED.store.get(key)
+    if hit is not None and len(hit[0]) >= n:
+        return tuple(a[:n] for a in hit)
+    out = _SHARED.store[key] = frozen(compute())
+    return out  # type: ignore[no-any-return]
+
+
+def shared_ewma(col: np.ndarray, i: int, what: str, y: np.ndarray, a: float, b: float, m0: float) -> np.ndarray:
+    """:func:`ewma` of ``y`` from ``m0``, shared within a batch run: ``y`` is ``what`` (say ``"log"``)
+    of the input column ``col`` from position ``i`` on.
+
+    An average of the same values with the same weights that an earlier detector of the run computed
+    is reused wherever it passes through ``m0`` just before position ``i`` (as far as it goes; the
+    rest is computed, or reused from where the next stretch starts): from the same state the
+    recurrence gives the same numbers, whoever runs it.
+    """
+    cid = column_id(col)
+    if cid is None:
+        return ewma(y, a, b, m0)
+    n = len(y)
+    runs: list[tuple[int, float, np.ndarray]] = _SHARED.store.setdefault(
+        ("ewma", cid, what, key_float(a), key_float(b)), [])
+    for i0, before, out in runs:  # ``out[t]``: the average after position i0 + t; ``before``: before i0
+        at = i - i0
+        if 0 <= at < len(out) and same_float(before if at == 0 else float(out[at - 1]), m0):
+            head = out[at:at + n]
+            if len(head) == n:
+                return head
+            rest = shared_ewma(col, i + len(head), what, y[len(head):], a, b, float(head[-1]))
+            return np.concatenate((head, rest))
+    out = frozen(ewma(y, a, b, m0))
+    runs.append((i, m0, out))
+    if len(runs) > _MAX_RUNS:
+        del runs[0]
+    return out
+
+
+def same_float(u: float, v: float) -> bool:
+    """``u`` and ``v`` are the same float, bit for bit (``-0.0`` is not ``0.0``; a ``nan`` is no float's twin)."""
+    return u == v and math.copysign(1.0, u) == math.copysign(1.0, v)
+
+
+def shared(key: tuple[Any, ...] | None, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or what a detector of this batch run computed under the same ``key`` (which names
+    the column, the position, the length and the exact state the computation starts from). ``key=None``:
+    not shared.
+    """
+    if key is None or not _SHARED.depth:
+        return compute()
+    hit = _SHARED.store.get(key)
+    if hit is None:
+        hit = _SHARED.store[key] = frozen(compute())
+    return hit
+
+
+def frozen(v: Any) -> Any:
+    """``v`` (an array, or a tuple of them) made read-only: what one detector shares, no detector changes."""
+    for a in v if isinstance(v, tuple) else (v,):
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
+    return v
+
+
+def key_float(v: float) -> str:
+    """A float as a key: exact, and ``-0.0``, ``nan`` distinguished as the arithmetic distinguishes them."""
+    return float(v).hex()
+
+
+def key_floats(vs: Any) -> bytes:
+    """A sequence of floats as a key, bit for bit."""
+    return np.asarray(vs, dtype=np.float64).tobytes()
+
+
+def rises(x: np.ndarray, i: int, j: int, ratio: float) -> np.ndarray:
+    """The positions ``t`` in ``[i, j)`` (``i >= 1``) where ``x[t] >= ratio * x[t - 1]`` (inside :func:`sharing`,
+    found once for the whole column).
+    """
+    if not _SHARED.depth:
+        with np.errstate(invalid="ignore"):
+            return np.flatnonzero(x[i:j] >= ratio * x[i - 1:j - 1]) + i  # type: ignore[no-any-return]
+    key = ("rises", id(x), key_float(ratio))
+    hit = _SHARED.store.get(key)
+    if hit is None or hit[0] is not x:
+        with np.errstate(invalid="ignore"):
+            hit = _SHARED.store[key] = (x, frozen(np.flatnonzero(x[1:] >= ratio * x[:-1]) + 1))
+    idx = hit[1]
+    return idx[np.searchsorted(idx, i):np.searchsorted(idx, j)]  # type: ignore[no-any-return]
+
+
+def nondecreasing(st: np.ndarray) -> bool:
+    """Whether the steps ``st`` never decrease (inside :func:`sharing`, checked once per array)."""
+    key = ("nondecreasing", id(st))
+    hit = _SHARED.store.get(key) if _SHARED.depth else None
+    if hit is not None and hit[0] is st:
+        return hit[1]  # type: ignore[no-any-return]
+    ok = not (len(st) > 1 and bool(np.any(st[1:] < st[:-1])))
+    if _SHARED.depth:
+        _SHARED.store[key] = (st, ok)
+    return ok
+
+
+def first_unusable(x: np.ndarray, i: int, j: int, positive: bool = False) -> int:
+    """How many values of ``x[i:j]`` come before the first non-finite one (with ``positive``: the
+    first one that is also not > 0, where the log is not finite); ``j - i`` when none.
+
+    Inside :func:`sharing` the whole column is searched once.
+    """
+    return _first(x, i, j, positive, False)
+
+
+def first_usable(x: np.ndarray, i: int, j: int, positive: bool = False) -> int:
+    """How many values of ``x[i:j]`` come before the first finite one (with ``positive``: finite and
+    > 0); ``j - i`` when none. Inside :func:`sharing` the whole column is searched once.
+    """
+    return _first(x, i, j, positive, True)
+
+
+def _first(x: np.ndarray, i: int, j: int, positive: bool, usable: bool) -> int:
+    if not _SHARED.depth:
+        with np.errstate(invalid="ignore"):
+            seg = x[i:j]
+            good = (np.isfinite(seg) & (seg > 0.0)) if positive else np.isfinite(seg)
+        return first_true(good if usable else ~good)
+    clean = _SHARED.store.get(("clean", id(x)))
+    if clean is None or clean[0] is not x:  # the common column: every value finite and > 0
+        with np.errstate(invalid="ignore"):
+            clean = _SHARED.store[("clean", id(x))] = (x, bool(np.all(x > 0.0)) and bool(np.isfinite(x).all()))
+    if clean[1]:
+        return 0 if usable else j - i
+    key = ("usable" if usable else "unusable", positive, id(x))
+    hit = _SHARED.store.get(key)
+    if hit is None or hit[0] is not x:
+        with np.errstate(invalid="ignore"):
+            good = (np.isfinite(x) & (x > 0.0)) if positive else np.isfinite(x)
+        hit = _SHARED.store[key] = (x, np.flatnonzero(good if usable else ~good))
+    idx = hit[1]
+    at = int(np.searchsorted(idx, i))
+    return (min(int(idx[at]), j) if at < len(idx) else j) - i

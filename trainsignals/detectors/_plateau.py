@@ -29,7 +29,20 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input
-from ._ops import ewma, first_true, shifted
+from ._ops import (
+    column_id,
+    column_log,
+    ewma,
+    first_true,
+    first_unusable,
+    first_usable,
+    key_float,
+    key_floats,
+    shared,
+    shared_ewma,
+    shared_run,
+    shifted,
+)
 
 #: weight of the smoothed level (CUSUMPlateau's ``alpha`` default since c9205b5, tuned on the synthetic suite)
 LEVEL_ALPHA = 0.1
@@ -53,15 +66,18 @@ PLATEAU_KEYS = ("n", "s", "recent", "noise", "best", "first", "hist", "shist", "
 _NOISE_B = 1.0 - NOISE_ALPHA
 
 
-def _log10(x: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log10(x)
-
-
 def factor(d: float) -> str:
     """A log-space improvement as a percentage, or as a factor when large."""
     pct = math.expm1(d) * 100.0
     return f"{pct:.2g}%" if pct < 100.0 else f"{math.exp(d):.3g}x"
+
+
+def back(ext: np.ndarray, hl: int, nb: int, lag: int) -> np.ndarray:
+    """``ext[max(hl + c - lag, 0)]`` for ``c < nb``: the value ``lag`` places before each of the ``nb`` last ones."""
+    lo = hl - lag
+    if lo >= 0:
+        return ext[lo:lo + nb]
+    return ext[np.maximum(np.arange(lo, lo + nb), 0)]  # type: ignore[no-any-return]
 
 
 class Block(NamedTuple):
@@ -186,11 +202,13 @@ class PlateauRule(Detector):
                           gain, delta, f"{self._what(gain, best, onset)} {because}")
 
     # -- the batch path ---------------------------------------------------------------------
-    def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> np.ndarray | None:
-        """Values ``[i, j)`` the rule's own inputs send to the scalar path (``None``: decline all);
-        what the rule computes here for its other hooks goes in ``ctx``.
+    def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int,
+                    ctx: dict[str, Any]) -> np.ndarray | int | None:
+        """Values ``[i, j)`` the rule's own inputs send to the scalar path: a mask, or how many values
+        come before the first of them (``None``: decline all); what the rule computes here for its
+        other hooks goes in ``ctx``.
         """
-        return np.zeros(j - i, dtype=bool)
+        return j - i
 
     def _fire_mask(self, blk: Block, ctx: dict[str, Any]) -> np.ndarray:
         raise NotImplementedError
@@ -207,12 +225,16 @@ class PlateauRule(Detector):
         extra = self._fast_extra(arrays, i, j, ctx)
         if extra is None:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
-        lim = first_true(~np.isfinite(y) | extra)
+        y = column_log(arrays[0], i, j)
+        lim = min(first_unusable(arrays[0], i, j, positive=True), extra if isinstance(extra, int) else first_true(extra))
         if lim == 0:
             return 0
-        blk = self._block(y[:lim])
+        cid = column_id(arrays[0])
+        key = None if cid is None else (
+            "plateau", cid, i, lim, self._stride, self._q, self.hold, key_float(self._dscale), self._n % self._stride,
+            key_float(self._s), key_float(self._noise), key_float(self._best), key_floats(self._recent),
+            key_floats(self._hist))
+        blk = shared(key, lambda: self._block(y[:lim], (arrays[0], i)))
         k = lim
         if len(blk.bidx):
             if self._armed:
@@ -240,27 +262,27 @@ class PlateauRule(Detector):
             self._last_step = int(steps[i + k - 1])
         return k
 
-    def _block(self, y: np.ndarray) -> Block:
-        """The tracker over a stretch of finite log-losses, as the scalar path would run it."""
-        lim, q = len(y), self._q
-        s = ewma(y, LEVEL_ALPHA, self._b, self._s)
+    def _block(self, y: np.ndarray, at: tuple[np.ndarray, int] | None = None) -> Block:
+        """The tracker over a stretch of finite log-losses, as the scalar path would run it (``at``: the
+        loss column and the position ``y`` starts at, when ``y`` is its log there).
+        """
+        lim, q, st, h = len(y), self._q, self._stride, self.hold
+        s = ewma(y, LEVEL_ALPHA, self._b, self._s) if at is None else \
+            shared_ewma(at[0], at[1], "log", y, LEVEL_ALPHA, self._b, self._s)
         noise = ewma(np.abs(y - shifted(s, self._s)), NOISE_ALPHA, _NOISE_B, self._noise)
-        bidx = np.arange(lim)
-        if self._stride > 1:  # checkpoints: where the count of values is a multiple of the stride
-            bidx = bidx[(self._n + 1 + bidx) % self._stride == 0]
-        h = self.hold
-        sext = np.concatenate((np.asarray(self._recent), s))
-        top = sext[bidx + h].copy()  # max of the last `hold` smoothed values at each checkpoint
+        first = -(self._n + 1) % st  # checkpoints: where the count of values is a multiple of the stride
+        bidx = np.arange(first, lim, st)
+        nb = len(bidx)
+        sext = np.concatenate((np.asarray(self._recent), s))  # the hold values before, then the block's
+        top = sext[first + h:first + h + st * nb:st].copy()  # max of the last `hold` smoothed values at each checkpoint
         for d in range(1, h):
-            np.maximum(top, sext[bidx + h - d], out=top)
-        bb = np.minimum.accumulate(np.minimum(top, self._best)) if len(bidx) else top
+            np.maximum(top, sext[first + h - d:first + h - d + st * nb:st], out=top)
+        bb = np.minimum.accumulate(np.minimum(top, self._best)) if nb else top
         hl = len(self._hist)
         ext = np.concatenate((np.asarray(self._hist), bb))
-        pos = np.arange(hl, hl + len(bidx))
-        last = max(len(ext) - 1, 0)  # clipped where not `full` (masked out by the caller)
-        mid = ext[np.clip(pos - q, 0, last)]
-        old = ext[np.clip(pos - 2 * q, 0, last)]
-        delta = np.maximum(MIN_DELTA, self._dscale * noise[bidx])
+        pos = np.arange(hl, hl + nb)
+        mid, old = back(ext, hl, nb, q), back(ext, hl, nb, 2 * q)  # clipped where not `full` (masked out by the caller)
+        delta = np.maximum(MIN_DELTA, self._dscale * noise[first:first + st * nb:st])
         return Block(lim, s, noise, bidx, bb, pos, mid, old, delta, pos >= 2 * q)
 
 
@@ -299,19 +321,28 @@ class GradPlateauRule(PlateauRule):
         return (f"while the grad norm fell {then - g:.1f} decades and the loss {(self._hist[0] - best) / LN10:.1f}"
                 if g is not None and then is not None else "")
 
-    def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> np.ndarray | None:
-        ctx["lg"] = lg = _log10(arrays[1][i:j])
-        ok = np.isfinite(lg)
-        return ok if self._g is None else ~ok  # a grad norm appearing, or missing among present ones: scalar
+    def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> int:
+        ctx["lg"] = column_log(arrays[1], i, j, base10=True)
+        ctx["at"] = (column_id(arrays[1]), i)
+        # a grad norm appearing, or missing among present ones: scalar (log10 is finite where the log is)
+        return (first_usable if self._g is None else first_unusable)(arrays[1], i, j, positive=True)
+
+    def _grad_run(self, ctx: dict[str, Any], n: int) -> np.ndarray:
+        """The grad level after each of the first ``n`` values of the block (shared within a batch run)."""
+        assert self._g is not None
+        cid, i = ctx["at"]
+        g0, lg = self._g, ctx["lg"]
+        key = None if cid is None else ("grad_level", cid, i, key_float(LEVEL_ALPHA), key_float(g0))
+        return shared_run(key, n, lambda: (ewma(lg[:n], LEVEL_ALPHA, self._b, g0),))[0]  # type: ignore[no-any-return]
 
     def _grad_levels(self, blk: Block, ctx: dict[str, Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The grad level after each value of the block, and at *then* of each checkpoint."""
         if self._g is None:
             return None, None
-        ctx["g"] = g = ewma(ctx["lg"][:blk.lim], LEVEL_ALPHA, self._b, self._g)
+        ctx["g"] = g = self._grad_run(ctx, blk.lim)
         prev = np.array([np.nan if v is None else v for v in self._ghist], dtype=np.float64)
         ext = np.concatenate((prev, g[blk.bidx]))
-        return g, ext[np.clip(blk.pos - 2 * self._q, 0, max(len(ext) - 1, 0))]
+        return g, back(ext, len(prev), len(blk.bidx), 2 * self._q)
 
     def _net_fall_mask(self, blk: Block, ctx: dict[str, Any]) -> np.ndarray | None:
         """:meth:`_net_fall` at each checkpoint of the block (``None``: no grad level yet)."""
@@ -327,6 +358,6 @@ class GradPlateauRule(PlateauRule):
             return
         g = ctx.get("g")
         if g is None:
-            g = ewma(ctx["lg"][:k], LEVEL_ALPHA, self._b, self._g)
+            g = self._grad_run(ctx, k)
         self._g = float(g[k - 1])
         self._ghist.extend(g[used].tolist())

@@ -16,7 +16,7 @@ from itertools import islice
 
 import numpy as np
 
-from ._ops import ewma, shifted
+from ._ops import column_id, ewma, first_usable, key_float, shared_run, shifted
 
 #: weight of the local swing EWMA (about 10 values of memory): the former ``Oscillation`` default
 VAR_ALPHA = 0.1
@@ -149,13 +149,24 @@ def swing(y: float, m: float, v: float, b: float, n: int, warmup: int) -> tuple[
     return y, v, a * v + (1.0 - a) * b
 
 
-def batch_swing(y: np.ndarray, m: float, v: float, b: float, n0: int,
-                warmup: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`swing` over a block after ``n0 > 0`` values: ``(v, b, b before each value)``."""
+def batch_swing(y: np.ndarray, m: float, v: float, b: float, n0: int, warmup: int,
+                at: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`swing` over a block after ``n0 > 0`` values: ``(v, b, b before each value)``.
+
+    ``at``: the input column and the position ``y`` starts at, when ``y`` is its log there: the
+    tracker is then shared with the other detectors of the batch run that run it from the same state.
+    """
+    if at is not None and (cid := column_id(at[0])) is not None:
+        cap = min(warmup, round(1 / BASE_ALPHA))  # from cap values on, the baseline no longer depends on n0
+        key = ("swing", cid, at[1], key_float(m), key_float(v), key_float(b), n0 if n0 < cap else -1, cap)
+        return shared_run(key, len(y), lambda: batch_swing(y, m, v, b, n0, warmup))  # type: ignore[return-value]
     vs = ewma(np.abs(y - shifted(y, m)), VAR_ALPHA, 1.0 - VAR_ALPHA, v)
     k = min(len(y), max(0, min(warmup, round(1 / BASE_ALPHA)) - n0))  # values whose baseline is a plain mean
     bs = np.empty_like(vs)
-    bs[:k] = ((n0 - 1) * b + np.cumsum(vs[:k])) / (n0 + np.arange(k))
+    bk = b
+    for t, vt in enumerate(vs[:k].tolist()):  # the scalar path's arithmetic: a = 1/n, at most 200 values a run
+        a = max(BASE_ALPHA, 1.0 / (n0 + t))
+        bs[t] = bk = a * vt + (1.0 - a) * bk
     if k < len(y):
         bs[k:] = ewma(vs[k:], BASE_ALPHA, 1.0 - BASE_ALPHA, float(bs[k - 1]) if k else b)
     return vs, bs, shifted(bs, b)
@@ -199,6 +210,26 @@ def lr_rise(ls: Sequence[float], w2: int) -> float:
     return min(cur) / ref if cur and ref > 0.0 else 0.0
 
 
+def lr_jumps(col: np.ndarray, i: int, n: int, last0: float, top0: float,
+             rise: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The learning rates of values ``[i, i + n)`` of ``col`` as the rules read them (nan: unknown, as are
+    inf and rates <= 0), which are known, the jumps (a known rate at least ``rise`` times the last known one
+    before it, ``last0`` before the stretch) and whether each jump is ``rise`` times the highest rate
+    before it (``top0`` before the stretch).
+    """
+    if first_usable(col, i, i + n, positive=True) == n:  # no rate known: no jump
+        return np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        lr = col[i:i + n]
+        lr = np.where(np.isfinite(lr) & (lr > 0.0), lr, np.nan)
+        known = ~np.isnan(lr)
+        idx = np.maximum.accumulate(np.where(known, np.arange(n), -1))
+        ff = np.where(idx >= 0, lr[np.maximum(idx, 0)], last0)  # the last known rate up to each value
+        jumps = np.flatnonzero(known & (lr >= rise * shifted(ff, last0)))
+        top = np.fmax.accumulate(np.concatenate(([top0], lr)))  # top[i]: the highest before value i
+        return lr, known, jumps, lr[jumps] >= rise * top[jumps]
+
+
 def batch_swing_ratio(yext: np.ndarray, ends: np.ndarray, w2: int, span: int) -> np.ndarray:
     """A looser row-wise twin of :func:`swing_ratio` (no line test) for windows ending at ``ends``."""
     views = np.lib.stride_tricks.sliding_window_view(yext, w2)
@@ -229,4 +260,4 @@ def watch_checks(n0: int, until0: int, arms: list[int], watch: int, end: int) ->
 
 __all__ = ["BASE_ALPHA", "EFFICIENCY", "MAD_SD", "SCALE_FLOOR", "SLACK", "SPAN", "STRIDE", "VAR_ALPHA", "batch_ljung_box",
            "batch_residuals", "batch_scale", "batch_swing", "batch_swing_ratio", "chi2_crit", "grad_move",
-           "kept", "ljung_box", "lr_rise", "median", "plain", "residuals", "scale", "spread", "swing", "swing_ratio", "watch_checks"]
+           "kept", "ljung_box", "lr_jumps", "lr_rise", "median", "plain", "residuals", "scale", "spread", "swing", "swing_ratio", "watch_checks"]

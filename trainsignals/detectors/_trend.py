@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._ops import ewma
+from ._ops import column_id, column_log, ewma, shared, shared_ewma
 
 __all__ = ["NOISE_PER_SD", "noise_levels", "noise_step", "window_trend"]
 
@@ -23,6 +23,15 @@ NOISE_PER_SD = math.sqrt(12.0 / math.pi)
 #: added to the slope's variance so a window of identical values gives a finite t-statistic
 #: (a numerical floor, far below any real loss's residual variance)
 _VAR_FLOOR = 1e-18
+
+
+def _second_differences(col: np.ndarray) -> np.ndarray:
+    """``|(y[t] - y[t-1]) - (y[t-1] - y[t-2])|`` of ``y = log(col)`` at each ``t >= 2`` (nan before)."""
+    out = np.full(len(col), np.nan)
+    with np.errstate(invalid="ignore"):  # around an unusable value: nan (no stretch reads it)
+        d = np.diff(column_log(col, 0, len(col)))
+        np.abs(d[1:] - d[:-1], out=out[2:])
+    return out
 
 
 def window_trend(win: Sequence[float]) -> tuple[float, float]:
@@ -59,13 +68,22 @@ def noise_step(y: float, buf: Sequence[float], noise: float, nd: int, a: float, 
     return (a * ad + b * noise if nd else ad), nd + 1
 
 
-def noise_levels(ext: np.ndarray, held: int, a: float, b: float, noise0: float) -> np.ndarray:
+def noise_levels(ext: np.ndarray, held: int, a: float, b: float, noise0: float,
+                 at: tuple[np.ndarray, int] | None = None) -> np.ndarray:
     """The batch twin of the noise scale the divergence rules keep.
 
     ``ext`` is the ``held`` log values a detector holds followed by the new ones; returns, for
     each new value, the EWMA (weights ``a``, ``b = 1 - a``, from ``noise0``) of the second
     difference ``|y[t] - 2y[t-1] + y[t-2]|`` -- the scalar paths write ``a*ad + b*noise``.
+    ``at``: the loss column and the position of the first new value, when the new values are its
+    log there; if the two held values before them are the column's too, the second differences
+    and their EWMA are shared with the other detectors of the batch run.
     """
+    if at is not None and (cid := column_id(at[0])) is not None and at[1] >= 2 and (
+            ext[held - 2:held].tobytes() == column_log(at[0], at[1] - 2, at[1]).tobytes()):
+        col, i = at
+        full = shared(("second difference of log", cid), lambda: _second_differences(col))
+        return shared_ewma(col, i, "second difference of log", full[i:i + len(ext) - held], a, b, noise0)
     d = np.diff(ext)
     ad = np.abs(d[held - 1:] - d[held - 2:-1])
     return ewma(ad, a, b, noise0)

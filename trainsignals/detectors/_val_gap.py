@@ -17,7 +17,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import NEVER, ewma, first_true
+from ._ops import NEVER, column_log, ewma, first_unusable, first_usable, shared_ewma
 
 #: relative improvement that counts as a new best validation: the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
@@ -124,17 +124,18 @@ class ValGapRule(Detector):
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         """Steps without a validation only move the smoothed train level: one vectorised EWMA."""
-        k = first_true(np.isfinite(arrays[1][i:j]))
+        k = first_usable(arrays[1], i, j)
         if k:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                u = np.log(arrays[0][i:i + k])
-            fin = np.isfinite(u)
-            ug = u if fin.all() else u[fin]  # _step skips non-finite and non-positive losses
+            u = column_log(arrays[0], i, i + k)
+            whole = first_unusable(arrays[0], i, i + k, positive=True) == k
+            ug = u if whole else u[np.isfinite(u)]  # _step skips non-finite and non-positive losses
             if len(ug):
                 if self._train is None:
                     self._train, ug = float(ug[0]), ug[1:]
-                if len(ug):
-                    self._train = float(ewma(ug, self._a, self._b, self._train)[-1])
+                    whole = False
+                if len(ug):  # a whole stretch of the column: shared with the other rules of the batch run
+                    self._train = float((shared_ewma(arrays[0], i, "log", ug, self._a, self._b, self._train) if whole
+                                         else ewma(ug, self._a, self._b, self._train))[-1])
             self._last_step = int(steps[i + k - 1])
         return k
 

@@ -11,6 +11,7 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Input, Knob
+from ._ops import column_log
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, PlateauRule
 
 #: default progress (in ``delta``) the window before the plateau must show (CUSUMPlateau's
@@ -97,7 +98,7 @@ class AbruptPlateau(PlateauRule):
 
     def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> np.ndarray | None:
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.asarray(np.isfinite(np.log10(arrays[1][i:j])))  # a grad norm appearing: scalar
+            return np.asarray(np.isfinite(column_log(arrays[1], i, j, base10=True)))  # a grad norm appearing: scalar
 
     def _fire_mask(self, blk: Block, ctx: dict[str, Any]) -> np.ndarray:
         return (blk.mid - blk.bb < blk.delta) & (blk.old - blk.mid >= self.progress_mult * blk.delta)

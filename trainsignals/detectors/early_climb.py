@@ -12,7 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, first_true, shifted
+from ._ops import NEVER, column_log, first_unusable
 from ._trend import noise_levels, noise_step
 
 
@@ -133,26 +133,24 @@ class EarlyClimbDivergence(Detector):
         m = self.steps
         if len(self._buf) <= m or self._nd == 0:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
-        lim = first_true(~np.isfinite(y))
+        lim = first_unusable(arrays[0], i, j, positive=True)
         if lim == 0:
             return 0
-        y = y[:lim]
+        y = column_log(arrays[0], i, i + lim)
         h = m + 1
-        ext = np.concatenate((np.asarray(self._buf), y))
-        noise = noise_levels(ext, h, self._a, self._b, self._noise)
-        gate = self.noise_mult * shifted(noise, self._noise)
+        ext = np.concatenate((np.asarray(self._buf), y))  # the new values sit at ext[h:]
+        noise = noise_levels(ext, h, self._a, self._b, self._noise, (arrays[0], i))
         st = steps[i:i + lim]
-        rising = np.ones(lim, dtype=bool)
-        dext = np.diff(ext)  # dext[q] = ext[q + 1] - ext[q]; the new values sit at ext[h:]
-        for k in range(1, m + 1):
-            rising &= dext[h - k:h - k + lim] > 0
         total = ext[h:] - ext[h - m:h - m + lim]
-        cand = (st > self._cooldown_until) & rising & (total >= self._rise) & (total >= gate)
+        cs = np.flatnonzero(total >= self._rise)  # the rare rise large enough; then the other tests there
+        cs = cs[st[cs] > self._cooldown_until]
+        for k in range(1, m + 1):  # rising: ext[q + 1] - ext[q] > 0 over the last m steps
+            cs = cs[ext[h - k + cs + 1] - ext[h - k + cs] > 0]
+        gates = self.noise_mult * np.where(cs > 0, noise[np.maximum(cs - 1, 0)], self._noise)  # the noise before
+        keep = total[cs] >= gates
         k = lim
-        for c in np.flatnonzero(cand):
-            if self._shape_ok(ext[c + 1:c + h + 1].tolist(), float(gate[c])):
+        for c, gate in zip(cs[keep].tolist(), gates[keep].tolist()):
+            if self._shape_ok(ext[c + 1:c + h + 1].tolist(), gate):
                 k = int(c)
                 break
         if k:

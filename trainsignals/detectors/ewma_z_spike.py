@@ -103,5 +103,5 @@ class EWMAZSpike(EWMAJump, Detector):
         return None  # re-based silently: LevelShift reports a jump that stayed
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        return self._track_fast(arrays[0][i:j], steps, i)
+        return self._track_fast(arrays[0], steps, i, j)
 

@@ -106,4 +106,4 @@ class LevelShift(EWMAJump, Detector):
                           self.min_ratio, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        return self._track_fast(arrays[0][i:j], steps, i)
+        return self._track_fast(arrays[0], steps, i, j)

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._ops import first_true
+from ._ops import column_log, first_unusable, first_usable
 
 _log, _NAN = math.log, math.nan
 _VA, _VB, _BA, _BB = sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.BASE_ALPHA  # swing()'s weights
@@ -154,15 +154,14 @@ class LjungBoxSawtooth(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if not self._n or steps[i] <= self._quiet_until:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):  # a usable loss; grad norms all present or absent
-            y, g = np.log(arrays[0][i:j]), np.log(arrays[1][i:j])
-        if not (lim := first_true(~np.isfinite(y) | (np.isfinite(g) if self._ng == 0 else ~np.isfinite(g)))):
+        grads = first_usable if self._ng == 0 else first_unusable  # a usable loss; grad norms all present or absent
+        if not (lim := min(first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True))):
             return 0
-        y, g, w, r, lags = y[:lim], g[:lim], self.window, self.ratio, self.window // 3
-        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup)
+        y, g, w, r, lags = column_log(arrays[0], i, i + lim), column_log(arrays[1], i, i + lim), self.window, self.ratio, self.window // 3
+        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup, (arrays[0], i))
         cand = vl > r * blp
         if self._ng:
-            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup)
+            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup, (arrays[1], i))
             cand |= (bgp > 0.0) & (vg > r * bgp)
         cand[:max(0, self.warmup - self._n)] = False  # no candidate before warm-up ends
         k, cs, off = lim, np.flatnonzero(cand), len(self._ys)

@@ -13,7 +13,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, ewma, first_true
+from ._ops import NEVER, column_log, first_unusable, shared_ewma
 from ._trend import NOISE_PER_SD
 
 #: share of the lost-progress rise above ``best`` at which the level counts as climbing (and
@@ -160,15 +160,13 @@ class LostProgress(Detector):
         w = self.window
         if len(self._buf) < w:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
-        lim = first_true(~np.isfinite(y))
+        lim = first_unusable(arrays[0], i, j, positive=True)
         if lim == 0:
             return 0
-        y = y[:lim]
+        y = column_log(arrays[0], i, i + lim)
         ext = np.concatenate((np.asarray(self._buf), y))
         st = steps[i:i + lim]
-        level = ewma(y, self._la, self._lb, self._level)
+        level = shared_ewma(arrays[0], i, "log", y, self._la, self._lb, self._level)
         best = np.minimum.accumulate(np.minimum(level, self._best))
         low = np.minimum.accumulate(np.minimum(level, self._low))
         prog = self._start - low

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._ops import first_true, shifted
+from ._ops import column_log, first_unusable
 
 _log, _NAN = math.log, math.nan
 #: the 99th percentile of the swing ratio over the 18,096 no-progress windows of the healthy runs
@@ -148,21 +148,11 @@ class LRRiseEdgeOfStability(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if steps[i] <= self._quiet_until:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
-        if not (lim := first_true(~np.isfinite(y))):
+        if not (lim := first_unusable(arrays[0], i, j, positive=True)):
             return 0
-        y, lr, w = y[:lim], arrays[1][i:i + lim], self.window
+        y, w, last0 = column_log(arrays[0], i, i + lim), self.window, next((v for v in reversed(self._ls) if v == v), _NAN)
         w2, span, rise = 3 * w // 2, sw.SPAN * w, self.lr_rise
-        with np.errstate(invalid="ignore"):
-            lr = np.where(np.isfinite(lr) & (lr > 0.0), lr, np.nan)  # unknown: nan, inf and <= 0
-            known = ~np.isnan(lr)
-            last0 = next((v for v in reversed(self._ls) if v == v), _NAN)
-            idx = np.maximum.accumulate(np.where(known, np.arange(lim), -1))
-            ff = np.where(idx >= 0, lr[np.maximum(idx, 0)], last0)  # the last known rate up to each value
-            jumps = np.flatnonzero(known & (lr >= rise * shifted(ff, last0)))
-            top = np.fmax.accumulate(np.concatenate(([self._lr_top], lr)))  # top[i]: the highest before value i
-            new = lr[jumps] >= rise * top[jumps]
+        lr, known, jumps, new = sw.lr_jumps(arrays[1], i, lim, last0, self._lr_top, rise)
         n0, watch = self._n, span - w2
         until0, arms = n0 + self._left - 1, [a for a in (n0 + jumps).tolist() if a >= self.warmup]  # warm: arms
         es = sw.watch_checks(n0, until0, arms, watch, n0 + lim - 1)

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, WARMUP, first_peak
-from ._ops import ewma, first_true
+from ._ops import column_log, first_unusable, rises, shared_ewma
 
 
 class PeakRatioSpike(Detector):
@@ -112,19 +112,19 @@ class PeakRatioSpike(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._n <= WARMUP:
             return 0
-        x = arrays[0][i:j]
-        with np.errstate(invalid="ignore"):
-            lim = first_true(~((x > 0.0) & np.isfinite(x)))
+        lim = first_unusable(arrays[0], i, j, positive=True)
         if lim == 0:
             return 0
-        x = x[:lim]
-        prev = np.concatenate(([self._recent[-1]], x[:-1]))  # the value before each one
-        k = first_peak(self._recent, x, np.flatnonzero(x >= self._r * prev), self._r)  # max >= previous value
+        x = arrays[0][i:i + lim]
+        # where the value is r times the one before it (max >= previous value): the column's, after the first
+        cand = rises(arrays[0], i + 1, i + lim, self._r) - i
+        k = first_peak(self._recent, x, np.r_[0, cand] if x[0] >= self._r * self._recent[-1] else cand, self._r)
         w = self.window
         if k:
             self._recent.extend(x[max(0, k - w):k].tolist())
             if self._lj:
-                self._level = float(ewma(np.log(x[:k]), ALPHA, 1.0 - ALPHA, self._level)[-1])
+                self._level = float(shared_ewma(arrays[0], i, "log", column_log(arrays[0], i, i + k), ALPHA,
+                                                1.0 - ALPHA, self._level)[-1])
             self._n += k
             self._last_step = int(steps[i + k - 1])
         return k

@@ -10,7 +10,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import first_true
+from ._ops import first_true, first_unusable
 
 
 class NonFinite(Detector):
@@ -48,7 +48,7 @@ class NonFinite(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._bad:
             return 0
-        k = first_true(~np.isfinite(arrays[0][i:j]))
+        k = first_unusable(arrays[0], i, j)
         if k:
             self._last_step = int(steps[i + k - 1])
         return k

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._ops import first_true
+from ._ops import column_log, first_unusable, first_usable
 from ._swings import SPAN, swing
 
 _log, _NAN = math.log, math.nan
@@ -153,16 +153,15 @@ class SwingRatioEdgeOfStability(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if not self._n or steps[i] <= self._quiet_until:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):  # a usable loss; grad norms all present or absent
-            y, g = np.log(arrays[0][i:j]), np.log(arrays[1][i:j])
-        if not (lim := first_true(~np.isfinite(y) | (np.isfinite(g) if self._ng == 0 else ~np.isfinite(g)))):
+        grads = first_usable if self._ng == 0 else first_unusable  # a usable loss; grad norms all present or absent
+        if not (lim := min(first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True))):
             return 0
-        y, g, w, r2 = y[:lim], g[:lim], self.window, self.shift_ratio
+        y, g, w, r2 = column_log(arrays[0], i, i + lim), column_log(arrays[1], i, i + lim), self.window, self.shift_ratio
         w2, span = 3 * w // 2, SPAN * w
-        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup)
+        vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup, (arrays[0], i))
         ai = np.flatnonzero((vl > r2 * blp) & (np.arange(self._n, self._n + lim) >= self.warmup))  # warm, swings
         if self._ng:
-            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup)
+            vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup, (arrays[1], i))
             ai = ai[(bgp[ai] <= 0.0) | (vg[ai] > r2 * bgp[ai])]  # and so does the grad norm
         n0, watch = self._n, span - w2
         until0, arms = n0 + self._left - 1, (n0 + ai).tolist()

@@ -12,7 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, first_true, shifted
+from ._ops import NEVER, column_log, first_true, shifted
 from ._trend import noise_levels, noise_step, window_trend
 
 #: at the start of a run the trend is fitted once the window is this full (a half: SlopeDivergence's
@@ -132,14 +132,13 @@ class TrendDivergence(Detector):
         w = self.window
         if len(self._buf) < w or self._nd == 0:
             return 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log(arrays[0][i:j])
+        y = column_log(arrays[0], i, j)
         lim = first_true(~np.isfinite(y))
         if lim == 0:
             return 0
         y = y[:lim]
         ext = np.concatenate((np.asarray(self._buf), y))
-        noise = noise_levels(ext, w, self._a, self._b, self._noise)
+        noise = noise_levels(ext, w, self._a, self._b, self._noise, (arrays[0], i))
         st = steps[i:i + lim]
         span = ext[w:] - ext[1:1 + lim]  # the new values sit at ext[w:]
         cand = (st > self._cooldown_until) & (span >= self._rise) & (span >= shifted(noise, self._noise))
