@@ -59,6 +59,13 @@ def _given(v: Any) -> bool:
         return True  # not a container: the coercion names the signal and says what is wrong
 
 
+def _picking(feed: Any, getter: Any) -> Any:
+    """``feed`` as ``f(row, step)``: its inputs picked from the step's row by ``getter``."""
+    def f(row: list[Any], step: int) -> Any:
+        return feed(*getter(row), step)
+    return f
+
+
 def _snake(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
@@ -211,7 +218,7 @@ class Monitor:
         # the streaming path's plan: each detector's bound per-step entry and how to pick its inputs
         self._entries = [(det.feed, tuple(i.name for i in det.inputs),
                           tuple(i.name for i in det.inputs if i.required)) for det in self._suite.values()]
-        self._plans: dict[tuple[str, ...], list[tuple[Any, Any, int]]] = {}
+        self._plans: dict[tuple[str, ...], list[tuple[Any, int, int]]] = {}
         # each calibrated rule's healthy-run rate, by the (detector, signal) its events carry
         keys = [(type(d).__name__, d.inputs[0].name if d.inputs else "") for d in self._suite.values()]
         self._rates = {k: d.healthy_rate for k, d in zip(keys, self._suite.values(), strict=True)
@@ -219,23 +226,27 @@ class Monitor:
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
-    def _plan_for(self, given: tuple[str, ...]) -> list[tuple[Any, Any, int]]:
+    def _plan_for(self, given: tuple[str, ...]) -> list[tuple[Any, int, int]]:
         """The calls for one combination of given signals (cached: runs feed few combinations).
 
         A detector runs when every required input is given (one without required inputs: when
         any input is given). The step's values come as a row: the given signals in ``given``'s
         order, then ``nan`` and ``None`` (what an absent optional scalar, or other input, is).
-        Each call is ``(feed, getter, single)``: ``feed(row[single], step)`` for one input, else
-        ``feed(*getter(row), step)``.
+        Each call is ``(feed, i, j)``: ``feed(row[i], step)`` for one input (``j == -1``),
+        ``feed(row[i], row[j], step)`` for two; a detector of more inputs is fed through
+        ``feed(row, step)`` (``j == -2``), which picks them.
         """
         have = set(given)
         pos = {name: i for i, name in enumerate(given)}
-        plan = []
+        plan: list[tuple[Any, int, int]] = []
         for feed, names, required in self._entries:
             if (required and not have.issuperset(required)) or (not required and not have.intersection(names)):
                 continue
             idx = [pos.get(n, len(given) + (SIGNALS[n].form != "scalar")) for n in names]
-            plan.append((feed, itemgetter(*idx), idx[0] if len(idx) == 1 else -1))
+            if len(idx) <= 2:
+                plan.append((feed, idx[0], idx[1] if len(idx) == 2 else -1))
+            else:
+                plan.append((_picking(feed, itemgetter(*idx)), 0, -2))
         if len(self._plans) < 256:
             self._plans[given] = plan
         return plan
@@ -411,8 +422,8 @@ class Monitor:
         row = list(vals.values())
         row += _ABSENT_TAIL
         out: list[Event] = []
-        for feed, getter, single in plan:  # only the detectors this step's signals reach
-            ev = feed(row[single], s) if single >= 0 else feed(*getter(row), s)
+        for feed, i, j in plan:  # only the detectors this step's signals reach
+            ev = feed(row[i], s) if j == -1 else feed(row[i], row[j], s) if j >= 0 else feed(row, s)
             if ev is not None:
                 if type(ev) is list:
                     out.extend(ev)
