@@ -31,6 +31,9 @@ _NAN = float("nan")
 #: what a detector receives for an optional input not given at a step
 _ABSENT_TAIL = (_NAN, None)  # an absent optional input: nan for a scalar, None for other forms
 _VECTOR_NAMES = frozenset(name for name, sig in SIGNALS.items() if sig.form != "scalar")
+#: the signals ``update`` takes, in the order of a step's row (the per-layer ones last)
+_ORDER = ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "val_metric", "pred_top_share", "layer_grad_norms",
+          "layer_update_ratios", "activations")
 
 
 @lru_cache(maxsize=256)
@@ -218,7 +221,7 @@ class Monitor:
         # the streaming path's plan: each detector's bound per-step entry and how to pick its inputs
         self._entries = [(det.feed, tuple(i.name for i in det.inputs),
                           tuple(i.name for i in det.inputs if i.required)) for det in self._suite.values()]
-        self._plans: dict[tuple[str, ...], list[tuple[Any, int, int]]] = {}
+        self._plans: dict[int, tuple[tuple[str, ...], list[tuple[Any, int, int]]]] = {}
         # each calibrated rule's healthy-run rate, by the (detector, signal) its events carry
         keys = [(type(d).__name__, d.inputs[0].name if d.inputs else "") for d in self._suite.values()]
         self._rates = {k: d.healthy_rate for k, d in zip(keys, self._suite.values(), strict=True)
@@ -226,16 +229,18 @@ class Monitor:
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
-    def _plan_for(self, given: tuple[str, ...]) -> list[tuple[Any, int, int]]:
-        """The calls for one combination of given signals (cached: runs feed few combinations).
+    def _plan_for(self, bits: int) -> tuple[tuple[str, ...], list[tuple[Any, int, int]]]:
+        """The given signals and the calls for one combination of them (cached: runs feed few).
 
-        A detector runs when every required input is given (one without required inputs: when
-        any input is given). The step's values come as a row: the given signals in ``given``'s
-        order, then ``nan`` and ``None`` (what an absent optional scalar, or other input, is).
+        ``bits`` says which signals are given (bit ``k``: ``_ORDER[k]``). A detector runs when every
+        required input is given (one without required inputs: when any input is given). The
+        step's values come as a row: the given signals in ``_ORDER``'s order, then ``nan`` and
+        ``None`` (what an absent optional scalar, or other input, is).
         Each call is ``(feed, i, j)``: ``feed(row[i], step)`` for one input (``j == -1``),
         ``feed(row[i], row[j], step)`` for two; a detector of more inputs is fed through
         ``feed(row, step)`` (``j == -2``), which picks them.
         """
+        given = tuple(name for k, name in enumerate(_ORDER) if bits >> k & 1)
         have = set(given)
         pos = {name: i for i, name in enumerate(given)}
         plan: list[tuple[Any, int, int]] = []
@@ -247,9 +252,8 @@ class Monitor:
                 plan.append((feed, idx[0], idx[1] if len(idx) == 2 else -1))
             else:
                 plan.append((_picking(feed, itemgetter(*idx)), 0, -2))
-        if len(self._plans) < 256:
-            self._plans[given] = plan
-        return plan
+        self._plans[bits] = (given, plan)
+        return given, plan
 
     # ------------------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -385,41 +389,50 @@ class Monitor:
             for given in events:
                 if not isinstance(given, Event):
                     raise TypeError(f"events must hold trainsignals.Event objects, got {type(given).__name__}")
-        # every value is coerced and checked before anything changes: a refused call changes nothing
-        vals: dict[str, Any] = {}
+        # every value is coerced and checked before anything changes: a refused call changes nothing;
+        # the given values in _ORDER's order make the row, and ``have`` says which they are (a bit each)
+        row: list[Any] = []
+        have = 0
         if loss is not None:
-            vals["loss"] = loss if type(loss) is float else scalar("loss", loss)
+            row.append(loss if type(loss) is float else scalar("loss", loss))
+            have = 1
         if grad_norm is not None:
-            vals["grad_norm"] = grad_norm if type(grad_norm) is float and grad_norm >= 0.0 else \
-                scalar("grad_norm", grad_norm)
+            row.append(grad_norm if type(grad_norm) is float and grad_norm >= 0.0 else scalar("grad_norm", grad_norm))
+            have |= 2
         if lr is not None:
-            vals["lr"] = lr if type(lr) is float and lr >= 0.0 else scalar("lr", lr)
+            row.append(lr if type(lr) is float and lr >= 0.0 else scalar("lr", lr))
+            have |= 4
         if update_ratio is not None:
-            vals["update_ratio"] = scalar("update_ratio", update_ratio)
+            row.append(scalar("update_ratio", update_ratio))
+            have |= 8
         if val_loss is not None:
-            vals["val_loss"] = val_loss if type(val_loss) is float else scalar("val_loss", val_loss)
+            row.append(val_loss if type(val_loss) is float else scalar("val_loss", val_loss))
+            have |= 16
         if val_metric is not None:
-            vals["val_metric"] = scalar("val_metric", val_metric)
+            row.append(scalar("val_metric", val_metric))
+            have |= 32
         if pred_top_share is not None:
-            vals["pred_top_share"] = scalar("pred_top_share", pred_top_share)
+            row.append(scalar("pred_top_share", pred_top_share))
+            have |= 64
         if layer_grad_norms is not None and _given(layer_grad_norms):
-            vals["layer_grad_norms"] = layers("layer_grad_norms", layer_grad_norms,
-                                              self._layer_names.get("layer_grad_norms"))
+            row.append(layers("layer_grad_norms", layer_grad_norms, self._layer_names.get("layer_grad_norms")))
+            have |= 128
         if layer_update_ratios is not None and _given(layer_update_ratios):
-            vals["layer_update_ratios"] = layers("layer_update_ratios", layer_update_ratios,
-                                                 self._layer_names.get("layer_update_ratios"))
+            row.append(layers("layer_update_ratios", layer_update_ratios, self._layer_names.get("layer_update_ratios")))
+            have |= 256
         if activations is not None and _given(activations):
-            vals["activations"] = _activations(activations, self._layer_names.get("activations"))
+            row.append(_activations(activations, self._layer_names.get("activations")))
+            have |= 512
         self._step = s
-        key = tuple(vals)
-        if key and key[-1] in _VECTOR_NAMES:  # a per-layer signal (they come last): remember its layers
-            for name in ("layer_grad_norms", "layer_update_ratios", "activations"):
-                if name in vals and name not in self._layer_names:
-                    self._layer_names[name] = vals[name].names
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plan_for(key)
-        row = list(vals.values())
+        got = self._plans.get(have)
+        if got is None:
+            got = self._plan_for(have)
+        names, plan = got
+        if have >= 128:  # a per-layer signal (they come last): remember its layers
+            for name, v in zip(names, row, strict=True):
+                if name in _VECTOR_NAMES and name not in self._layer_names:
+                    self._layer_names[name] = v.names
+        lv = row[0] if have & 1 else _NAN
         row += _ABSENT_TAIL
         out: list[Event] = []
         for feed, i, j in plan:  # only the detectors this step's signals reach
@@ -429,9 +442,8 @@ class Monitor:
                     out.extend(ev)
                 else:
                     out.append(ev)
-        out = self.policy.apply(out, s, vals.get("loss", _NAN))
-        if "loss" in vals:
-            lv = vals["loss"]
+        out = self.policy.apply(out, s, lv)
+        if have & 1:
             if lv - lv == 0.0:
                 self._n_loss += 1
                 self._nonfinite_open = False
@@ -442,7 +454,7 @@ class Monitor:
         if out:
             self._record(out)
         if self.recorder is not None:
-            self._record_step(s, vals, out)
+            self._record_step(s, dict(zip(names, row, strict=False)), out)
         return out
 
     def _record_step(self, s: int, vals: dict[str, Any], out: list[Event]) -> None:

@@ -90,6 +90,10 @@ class EWMAJump:
     :meth:`_track_reset` from ``_reset``, and implements ``_on_jump`` and ``_on_stayed``.
     """
 
+    # the state in slots: a host's other attributes then stay few enough for CPython's fast
+    # per-instance attribute layout (up to 29 attributes in an instance dict)
+    __slots__ = tuple("_" + k for k in TRACK_KEYS if k != "last_step")
+
     threshold: float
     min_ratio: float
     log: bool
