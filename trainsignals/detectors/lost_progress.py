@@ -127,7 +127,8 @@ class LostProgress(Detector):
             self._best = y
         self._level = level
         best = self._best
-        self._low = min(self._low, level)
+        if level < self._low:
+            self._low = level
         lost = self._need() if level > best + self._half_lmin else self._lost  # below: not climbing
         climbing = level > best + _CLIMB_SHARE * lost
         if climbing:
