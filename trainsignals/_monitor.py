@@ -69,6 +69,26 @@ def _picking(feed: Any, getter: Any) -> Any:
     return f
 
 
+def _runner(calls: Sequence[tuple[Any, tuple[int, ...]]]) -> Any:
+    """``run(row, step) -> list[Event]``: each ``feed`` of ``calls`` on the row's entries ``idx``
+    (``()``: the whole row), in order, collecting the events.
+
+    The calls are written out one by one as the source of ``run`` (compiled once per combination
+    of given signals): every call site then has one detector, which CPython specialises for it;
+    a loop's single call site, seeing every detector, stays generic.
+    """
+    lines = [f"def make({', '.join(f'f{k}' for k in range(len(calls)))}):", "    def run(row, step):", "        out = []"]
+    for k, (_, idx) in enumerate(calls):
+        args = "".join(f"row[{i}], " for i in idx) if idx else "row, "
+        lines += [f"        ev = f{k}({args}step)",
+                  "        if ev is not None:",
+                  "            out.extend(ev) if type(ev) is list else out.append(ev)"]
+    lines += ["        return out", "    return run"]
+    scope: dict[str, Any] = {}
+    exec(compile("\n".join(lines), "<trainsignals.Monitor plan>", "exec"), scope)
+    return scope["make"](*(feed for feed, _ in calls))
+
+
 def _snake(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
@@ -221,7 +241,7 @@ class Monitor:
         # the streaming path's plan: each detector's bound per-step entry and how to pick its inputs
         self._entries = [(det.feed, tuple(i.name for i in det.inputs),
                           tuple(i.name for i in det.inputs if i.required)) for det in self._suite.values()]
-        self._plans: dict[int, tuple[tuple[str, ...], list[tuple[Any, int, int]]]] = {}
+        self._plans: dict[int, tuple[tuple[str, ...], Any]] = {}
         # each calibrated rule's healthy-run rate, by the (detector, signal) its events carry
         keys = [(type(d).__name__, d.inputs[0].name if d.inputs else "") for d in self._suite.values()]
         self._rates = {k: d.healthy_rate for k, d in zip(keys, self._suite.values(), strict=True)
@@ -229,31 +249,32 @@ class Monitor:
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
-    def _plan_for(self, bits: int) -> tuple[tuple[str, ...], list[tuple[Any, int, int]]]:
+    def _plan_for(self, bits: int) -> tuple[tuple[str, ...], Any]:
         """The given signals and the calls for one combination of them (cached: runs feed few).
 
         ``bits`` says which signals are given (bit ``k``: ``_ORDER[k]``). A detector runs when every
         required input is given (one without required inputs: when any input is given). The
         step's values come as a row: the given signals in ``_ORDER``'s order, then ``nan`` and
-        ``None`` (what an absent optional scalar, or other input, is).
-        Each call is ``(feed, i, j)``: ``feed(row[i], step)`` for one input (``j == -1``),
-        ``feed(row[i], row[j], step)`` for two; a detector of more inputs is fed through
-        ``feed(row, step)`` (``j == -2``), which picks them.
+        ``None`` (what an absent optional scalar, or other input, is). Returns the given signals
+        and ``run(row, step) -> list[Event]``, which calls those detectors in the suite's order
+        (see :func:`_runner`).
         """
         given = tuple(name for k, name in enumerate(_ORDER) if bits >> k & 1)
         have = set(given)
         pos = {name: i for i, name in enumerate(given)}
-        plan: list[tuple[Any, int, int]] = []
+        calls: list[tuple[Any, tuple[int, ...]]] = []
         for feed, names, required in self._entries:
             if (required and not have.issuperset(required)) or (not required and not have.intersection(names)):
                 continue
-            idx = [pos.get(n, len(given) + (SIGNALS[n].form != "scalar")) for n in names]
-            if len(idx) <= 2:
-                plan.append((feed, idx[0], idx[1] if len(idx) == 2 else -1))
-            else:
-                plan.append((_picking(feed, itemgetter(*idx)), 0, -2))
-        self._plans[bits] = (given, plan)
-        return given, plan
+            idx = tuple(pos.get(n, len(given) + (SIGNALS[n].form != "scalar")) for n in names)
+            calls.append((feed, idx) if len(idx) <= 2 else (_picking(feed, itemgetter(*idx)), ()))
+        self._plans[bits] = (given, _runner(calls))
+        return self._plans[bits]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_plans"] = {}  # compiled functions: built again on first use
+        return state
 
     # ------------------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -427,22 +448,14 @@ class Monitor:
         got = self._plans.get(have)
         if got is None:
             got = self._plan_for(have)
-        names, plan = got
+        names, run = got
         if have >= 128:  # a per-layer signal (they come last): remember its layers
             for name, v in zip(names, row, strict=True):
                 if name in _VECTOR_NAMES and name not in self._layer_names:
                     self._layer_names[name] = v.names
         lv = row[0] if have & 1 else _NAN
         row += _ABSENT_TAIL
-        out: list[Event] = []
-        for feed, i, j in plan:  # only the detectors this step's signals reach
-            ev = feed(row[i], s) if j == -1 else feed(row[i], row[j], s) if j >= 0 else feed(row, s)
-            if ev is not None:
-                if type(ev) is list:
-                    out.extend(ev)
-                else:
-                    out.append(ev)
-        out = self.policy.apply(out, s, lv)
+        out = self.policy.apply(run(row, s), s, lv)  # only the detectors this step's signals reach
         if have & 1:
             if lv - lv == 0.0:
                 self._n_loss += 1
