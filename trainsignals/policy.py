@@ -48,6 +48,7 @@ from ._events import Event, check_kinds
 from ._validate import check_range
 from .detectors._ewma_jump import ALPHA, HOLD
 from .detectors._ops import ewma
+from .detectors._ops import log as _log
 
 __all__ = ["EventPolicy"]
 
@@ -65,7 +66,6 @@ ESCALATE_WINDOW = 200
 INCIDENT_WINDOW = 100
 _RANK = {"info": 0, "warning": 1, "critical": 2}
 _B = 1.0 - ALPHA
-_log = math.log
 
 
 class EventPolicy:

@@ -39,6 +39,7 @@ import numpy as np
 
 from .._events import Event
 from ._ops import ewma, ewvar, first_true, shifted
+from ._ops import log as _log
 
 #: EWMA weight of the level: a ~20-step average, so one batch moves it by a tenth of its deviation and
 #: noise in the level adds only 5 % to the residuals' variance (the reasoning of the former EWMASpike)
@@ -76,7 +77,7 @@ PEAK_WINDOW = 100
 _B, _VB = 1.0 - ALPHA, 1.0 - VAR_ALPHA  # the recurrences' forms, as ops.ewma/ewvar evaluate them
 _VBA = _VB * VAR_ALPHA
 _LOG_FLOOR2 = LOG_FLOOR * LOG_FLOOR + 1e-300
-_log, _sqrt = math.log, math.sqrt
+_sqrt = math.sqrt
 
 #: the tracker's state keys (the host lists them in its ``_state_keys``)
 TRACK_KEYS = ("n", "mean", "var", "pending", "has_pending", "run", "acc_up", "acc_dn", "ep", "ep_left",

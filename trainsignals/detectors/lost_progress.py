@@ -13,7 +13,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, ewma, first_true
+from ._ops import NEVER, ewma, first_true, log
 from ._trend import NOISE_PER_SD
 
 #: share of the lost-progress rise above ``best`` at which the level counts as climbing (and
@@ -120,7 +120,7 @@ class LostProgress(Detector):
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
-        y = math.log(x)
+        y = log(x)
         buf = self._buf
         level = self._la * y + self._lb * self._level if buf else y
         if not buf:
