@@ -397,3 +397,11 @@ def test_stall_is_told_from_convergence_by_the_update_ratio_or_the_lr(seed):
     mon = ts.Monitor(total_steps=900)
     streamed = [e for i in range(len(sigs["loss"])) for e in mon.update(**{k: float(v[i]) for k, v in sigs.items()})]
     assert [e for e in streamed if e.kind is ts.Kind.STALL][0].step == stalls(**sigs)[0].step
+
+
+def test_each_default_detector_keeps_few_instance_attributes():
+    # CPython keeps an instance's attributes in its fast layout only up to 29 of them (beyond,
+    # every attribute access of the per-step code is a dict lookup); trackers keep their state
+    # in slots to stay under it
+    for name, det in ts.Monitor(total_steps=1000).detectors.items():
+        assert len(vars(det)) <= 29, (name, len(vars(det)))

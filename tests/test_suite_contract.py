@@ -99,6 +99,34 @@ def test_a_user_detector_fires_through_update_and_scan_in_the_default_suite():
     assert mine(listed.scan(loss=loss)) == [(200, "LossAboveCeiling"), (200, "LossAboveCeiling")]
 
 
+class Inputs3(ts.Detector):
+    """Records what it is fed: three inputs, one of them optional."""
+
+    inputs = (ts.Input("loss"), ts.Input("update_ratio", required=False), ts.Input("grad_norm"))
+    _state_keys = ("last_step",)
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float, float, int]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._last_step = -1
+
+    def _step(self, loss: float, ratio: float, grad: float, step: int) -> None:
+        self._last_step = step
+        self.seen.append((loss, ratio, grad, step))
+
+
+def test_the_monitor_feeds_a_detector_of_three_inputs_in_their_order():
+    det = Inputs3()
+    mon = ts.Monitor(suite={"three": det})
+    mon.update(loss=2.0, grad_norm=0.5, lr=1e-3)
+    mon.update(grad_norm=0.25, loss=1.0, update_ratio=1e-4)
+    mon.update(loss=1.0, lr=1e-3)  # no grad norm: not fed
+    assert det.seen[0][0] == 2.0 and math.isnan(det.seen[0][1]) and det.seen[0][2:] == (0.5, 0)
+    assert det.seen[1:] == [(1.0, 1e-4, 0.25, 1)]
+
+
 def test_a_user_detector_resumes_from_state_dict_and_pickle():
     loss = run_loss()
 

@@ -32,6 +32,9 @@ _NAN = float("nan")
 #: what a detector receives for an optional input not given at a step
 _ABSENT_TAIL = (_NAN, None)  # an absent optional input: nan for a scalar, None for other forms
 _VECTOR_NAMES = frozenset(name for name, sig in SIGNALS.items() if sig.form != "scalar")
+#: the signals ``update`` takes, in the order of a step's row (the per-layer ones last)
+_ORDER = ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "val_metric", "pred_top_share", "layer_grad_norms",
+          "layer_update_ratios", "activations")
 
 
 @lru_cache(maxsize=256)
@@ -58,6 +61,33 @@ def _given(v: Any) -> bool:
         return isinstance(v, (str, bytes)) or len(v) > 0
     except TypeError:
         return True  # not a container: the coercion names the signal and says what is wrong
+
+
+def _picking(feed: Any, getter: Any) -> Any:
+    """``feed`` as ``f(row, step)``: its inputs picked from the step's row by ``getter``."""
+    def f(row: list[Any], step: int) -> Any:
+        return feed(*getter(row), step)
+    return f
+
+
+def _runner(calls: Sequence[tuple[Any, tuple[int, ...]]]) -> Any:
+    """``run(row, step) -> list[Event]``: each ``feed`` of ``calls`` on the row's entries ``idx``
+    (``()``: the whole row), in order, collecting the events.
+
+    The calls are written out one by one as the source of ``run`` (compiled once per combination
+    of given signals): every call site then has one detector, which CPython specialises for it;
+    a loop's single call site, seeing every detector, stays generic.
+    """
+    lines = [f"def make({', '.join(f'f{k}' for k in range(len(calls)))}):", "    def run(row, step):", "        out = []"]
+    for k, (_, idx) in enumerate(calls):
+        args = "".join(f"row[{i}], " for i in idx) if idx else "row, "
+        lines += [f"        ev = f{k}({args}step)",
+                  "        if ev is not None:",
+                  "            out.extend(ev) if type(ev) is list else out.append(ev)"]
+    lines += ["        return out", "    return run"]
+    scope: dict[str, Any] = {}
+    exec(compile("\n".join(lines), "<trainsignals.Monitor plan>", "exec"), scope)
+    return scope["make"](*(feed for feed, _ in calls))
 
 
 def _snake(name: str) -> str:
@@ -212,7 +242,7 @@ class Monitor:
         # the streaming path's plan: each detector's bound per-step entry and how to pick its inputs
         self._entries = [(det.feed, tuple(i.name for i in det.inputs),
                           tuple(i.name for i in det.inputs if i.required)) for det in self._suite.values()]
-        self._plans: dict[tuple[str, ...], list[tuple[Any, Any, int]]] = {}
+        self._plans: dict[int, tuple[tuple[str, ...], Any]] = {}
         # each calibrated rule's healthy-run rate, by the (detector, signal) its events carry
         keys = [(type(d).__name__, d.inputs[0].name if d.inputs else "") for d in self._suite.values()]
         self._rates = {k: d.healthy_rate for k, d in zip(keys, self._suite.values(), strict=True)
@@ -220,26 +250,32 @@ class Monitor:
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
-    def _plan_for(self, given: tuple[str, ...]) -> list[tuple[Any, Any, int]]:
-        """The calls for one combination of given signals (cached: runs feed few combinations).
+    def _plan_for(self, bits: int) -> tuple[tuple[str, ...], Any]:
+        """The given signals and the calls for one combination of them (cached: runs feed few).
 
-        A detector runs when every required input is given (one without required inputs: when
-        any input is given). The step's values come as a row: the given signals in ``given``'s
-        order, then ``nan`` and ``None`` (what an absent optional scalar, or other input, is).
-        Each call is ``(feed, getter, single)``: ``feed(row[single], step)`` for one input, else
-        ``feed(*getter(row), step)``.
+        ``bits`` says which signals are given (bit ``k``: ``_ORDER[k]``). A detector runs when every
+        required input is given (one without required inputs: when any input is given). The
+        step's values come as a row: the given signals in ``_ORDER``'s order, then ``nan`` and
+        ``None`` (what an absent optional scalar, or other input, is). Returns the given signals
+        and ``run(row, step) -> list[Event]``, which calls those detectors in the suite's order
+        (see :func:`_runner`).
         """
+        given = tuple(name for k, name in enumerate(_ORDER) if bits >> k & 1)
         have = set(given)
         pos = {name: i for i, name in enumerate(given)}
-        plan = []
+        calls: list[tuple[Any, tuple[int, ...]]] = []
         for feed, names, required in self._entries:
             if (required and not have.issuperset(required)) or (not required and not have.intersection(names)):
                 continue
-            idx = [pos.get(n, len(given) + (SIGNALS[n].form != "scalar")) for n in names]
-            plan.append((feed, itemgetter(*idx), idx[0] if len(idx) == 1 else -1))
-        if len(self._plans) < 256:
-            self._plans[given] = plan
-        return plan
+            idx = tuple(pos.get(n, len(given) + (SIGNALS[n].form != "scalar")) for n in names)
+            calls.append((feed, idx) if len(idx) <= 2 else (_picking(feed, itemgetter(*idx)), ()))
+        self._plans[bits] = (given, _runner(calls))
+        return self._plans[bits]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_plans"] = {}  # compiled functions: built again on first use
+        return state
 
     # ------------------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -375,53 +411,53 @@ class Monitor:
             for given in events:
                 if not isinstance(given, Event):
                     raise TypeError(f"events must hold trainsignals.Event objects, got {type(given).__name__}")
-        # every value is coerced and checked before anything changes: a refused call changes nothing
-        vals: dict[str, Any] = {}
+        # every value is coerced and checked before anything changes: a refused call changes nothing;
+        # the given values in _ORDER's order make the row, and ``have`` says which they are (a bit each)
+        row: list[Any] = []
+        have = 0
         if loss is not None:
-            vals["loss"] = loss if type(loss) is float else scalar("loss", loss)
+            row.append(loss if type(loss) is float else scalar("loss", loss))
+            have = 1
         if grad_norm is not None:
-            vals["grad_norm"] = grad_norm if type(grad_norm) is float and grad_norm >= 0.0 else \
-                scalar("grad_norm", grad_norm)
+            row.append(grad_norm if type(grad_norm) is float and grad_norm >= 0.0 else scalar("grad_norm", grad_norm))
+            have |= 2
         if lr is not None:
-            vals["lr"] = lr if type(lr) is float and lr >= 0.0 else scalar("lr", lr)
+            row.append(lr if type(lr) is float and lr >= 0.0 else scalar("lr", lr))
+            have |= 4
         if update_ratio is not None:
-            vals["update_ratio"] = scalar("update_ratio", update_ratio)
+            row.append(scalar("update_ratio", update_ratio))
+            have |= 8
         if val_loss is not None:
-            vals["val_loss"] = val_loss if type(val_loss) is float else scalar("val_loss", val_loss)
+            row.append(val_loss if type(val_loss) is float else scalar("val_loss", val_loss))
+            have |= 16
         if val_metric is not None:
-            vals["val_metric"] = scalar("val_metric", val_metric)
+            row.append(scalar("val_metric", val_metric))
+            have |= 32
         if pred_top_share is not None:
-            vals["pred_top_share"] = scalar("pred_top_share", pred_top_share)
+            row.append(scalar("pred_top_share", pred_top_share))
+            have |= 64
         if layer_grad_norms is not None and _given(layer_grad_norms):
-            vals["layer_grad_norms"] = layers("layer_grad_norms", layer_grad_norms,
-                                              self._layer_names.get("layer_grad_norms"))
+            row.append(layers("layer_grad_norms", layer_grad_norms, self._layer_names.get("layer_grad_norms")))
+            have |= 128
         if layer_update_ratios is not None and _given(layer_update_ratios):
-            vals["layer_update_ratios"] = layers("layer_update_ratios", layer_update_ratios,
-                                                 self._layer_names.get("layer_update_ratios"))
+            row.append(layers("layer_update_ratios", layer_update_ratios, self._layer_names.get("layer_update_ratios")))
+            have |= 256
         if activations is not None and _given(activations):
-            vals["activations"] = _activations(activations, self._layer_names.get("activations"))
+            row.append(_activations(activations, self._layer_names.get("activations")))
+            have |= 512
         self._step = s
-        key = tuple(vals)
-        if key and key[-1] in _VECTOR_NAMES:  # a per-layer signal (they come last): remember its layers
-            for name in ("layer_grad_norms", "layer_update_ratios", "activations"):
-                if name in vals and name not in self._layer_names:
-                    self._layer_names[name] = vals[name].names
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plan_for(key)
-        row = list(vals.values())
+        got = self._plans.get(have)
+        if got is None:
+            got = self._plan_for(have)
+        names, run = got
+        if have >= 128:  # a per-layer signal (they come last): remember its layers
+            for name, v in zip(names, row, strict=True):
+                if name in _VECTOR_NAMES and name not in self._layer_names:
+                    self._layer_names[name] = v.names
+        lv = row[0] if have & 1 else _NAN
         row += _ABSENT_TAIL
-        out: list[Event] = []
-        for feed, getter, single in plan:  # only the detectors this step's signals reach
-            ev = feed(row[single], s) if single >= 0 else feed(*getter(row), s)
-            if ev is not None:
-                if type(ev) is list:
-                    out.extend(ev)
-                else:
-                    out.append(ev)
-        out = self.policy.apply(out, s, vals.get("loss", _NAN))
-        if "loss" in vals:
-            lv = vals["loss"]
+        out = self.policy.apply(run(row, s), s, lv)  # only the detectors this step's signals reach
+        if have & 1:
             if lv - lv == 0.0:
                 self._n_loss += 1
                 self._nonfinite_open = False
@@ -432,7 +468,7 @@ class Monitor:
         if out:
             self._record(out)
         if self.recorder is not None:
-            self._record_step(s, vals, out)
+            self._record_step(s, dict(zip(names, row, strict=False)), out)
         return out
 
     def _record_step(self, s: int, vals: dict[str, Any], out: list[Event]) -> None:

@@ -48,6 +48,7 @@ from ._events import Event, check_kinds
 from ._validate import check_range
 from .detectors._ewma_jump import ALPHA, HOLD
 from .detectors._ops import column_log, ewma, first_unusable, shared_ewma
+from .detectors._ops import log as _log
 
 __all__ = ["EventPolicy"]
 
@@ -64,6 +65,7 @@ ESCALATE_WINDOW = 200
 #: former multi-rule detectors (SlopeDivergence, TrainValGap) shared between their rules
 INCIDENT_WINDOW = 100
 _RANK = {"info": 0, "warning": 1, "critical": 2}
+_B = 1.0 - ALPHA
 
 
 class EventPolicy:
@@ -161,10 +163,10 @@ class EventPolicy:
     # -- the streaming path: one step ------------------------------------------------------
     def apply(self, events: list[Event], step: int, loss: float = math.nan) -> list[Event]:
         """Fold this step's ``loss`` in, then pass this step's detector events through the policy."""
-        if self.guard_kinds and loss > 0.0 and loss - loss == 0.0:
-            gl = math.log(loss)
+        if loss > 0.0 and loss - loss == 0.0 and self.guard_kinds:
+            gl = _log(loss)
             h = self._hist
-            h.append((step, gl, ALPHA * gl + (1.0 - ALPHA) * h[-1][2] if h else gl))
+            h.append((step, gl, ALPHA * gl + _B * h[-1][2] if h else gl))
         if not events:
             return events
         return self._judge(events, np.array(self._hist, dtype=np.float64).reshape(-1, 3))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import types
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
@@ -139,6 +140,29 @@ class Detector:
     #: alarms per 10,000 healthy steps at this detector's settings, when measured (the default
     #: suite sets it from the calibration; the Monitor copies it into the events)
     healthy_rate: float | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give the subclass its own copy of each method it inherits from a shared base.
+
+        The trackers several rules share (the EWMA jump, the plateau, the coupling levels) are
+        base classes, so one method runs on detectors of several classes each step. CPython
+        specialises attribute access per call site for one class at a time; a site that sees
+        several classes stays generic. With a copy per class (same code, same globals, same
+        ``__class__`` cell) every site sees one class.
+        """
+        super().__init_subclass__(**kwargs)
+        for name in {n for base in cls.__mro__[1:] for n in vars(base)}:
+            owner = next(b for b in cls.__mro__ if name in vars(b))
+            fn = vars(owner)[name]
+            if (owner is cls or owner is Detector or owner is object or name.startswith("__")
+                    or type(fn) is not types.FunctionType):
+                continue
+            copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
+                                      fn.__closure__)
+            copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+            copy.__dict__.update(fn.__dict__)
+            copy.__annotations__ = fn.__annotations__
+            setattr(cls, name, copy)
 
     # -- configuration --------------------------------------------------------------------
     @classmethod

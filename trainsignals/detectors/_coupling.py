@@ -18,7 +18,7 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import NEVER, column_log, first_true, first_unusable, shared_ewma
+from ._ops import NEVER, column_log, first_true, first_unusable, log, shared_ewma
 
 #: natural log of 10: decades to log units
 LN10 = math.log(10.0)
@@ -83,8 +83,8 @@ class CouplingLevels(Detector):
             u = math.log(loss) if loss else min(self._us)
             g = math.log(grad) if grad else min(self._gs)
         else:
-            u = math.log(loss)
-            g = math.log(grad)
+            u = log(loss)  # each signal's log once a step, whatever reads it
+            g = log(grad)
         if self._n:
             u = self._a * u + self._b * self._u
             g = self._a * g + self._b * self._g

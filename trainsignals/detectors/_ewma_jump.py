@@ -50,6 +50,7 @@ from ._ops import (
     shared_run,
     shifted,
 )
+from ._ops import log as _log
 
 #: EWMA weight of the level: a ~20-step average, so one batch moves it by a tenth of its deviation and
 #: noise in the level adds only 5 % to the residuals' variance (the reasoning of the former EWMASpike)
@@ -87,6 +88,7 @@ PEAK_WINDOW = 100
 _B, _VB = 1.0 - ALPHA, 1.0 - VAR_ALPHA  # the recurrences' forms, as ops.ewma/ewvar evaluate them
 _VBA = _VB * VAR_ALPHA
 _LOG_FLOOR2 = LOG_FLOOR * LOG_FLOOR + 1e-300
+_sqrt = math.sqrt
 
 #: the tracker's state keys (the host lists them in its ``_state_keys``)
 TRACK_KEYS = ("n", "mean", "var", "pending", "has_pending", "run", "acc_up", "acc_dn", "ep", "ep_left",
@@ -100,6 +102,10 @@ class EWMAJump:
     calling :meth:`_track_init`, lists :data:`TRACK_KEYS` in its ``_state_keys``, calls
     :meth:`_track_reset` from ``_reset``, and implements ``_on_jump`` and ``_on_stayed``.
     """
+
+    # the state in slots: a host's other attributes then stay few enough for CPython's fast
+    # per-instance attribute layout (up to 29 attributes in an instance dict)
+    __slots__ = tuple("_" + k for k in TRACK_KEYS if k != "last_step")
 
     threshold: float
     min_ratio: float
@@ -171,9 +177,10 @@ class EWMAJump:
     def _step(self, x: float, step: int) -> Event | None:
         """One value: the quiet case inline, anything else through :meth:`_judge`."""
         self._last_step = step
-        if x - x != 0.0 or (self.log and x <= 0.0):
+        lg = self.log
+        if x - x != 0.0 or (lg and x <= 0.0):
             return None
-        y = math.log(x) if self.log else x
+        y = _log(x) if lg else x
         if self._n < WARMUP:
             if self._has_pending:
                 self._learn()
@@ -182,11 +189,11 @@ class EWMAJump:
             return None
         mean = self._mean
         d = y - mean
-        if self.log:
-            scale = math.sqrt(self._var + _LOG_FLOOR2)
+        if lg:
+            scale = _sqrt(self._var + _LOG_FLOOR2)
         else:
             f = LIN_FLOOR * abs(mean)
-            scale = math.sqrt(self._var + (f * f + 1e-300))
+            scale = _sqrt(self._var + (f * f + 1e-300))
         z = d / scale
         if self._lo_k <= z <= self._hi_k and self._has_pending and not (
                 self._acc_up or self._acc_dn or self._ep_left or self._run):

@@ -1,4 +1,5 @@
-"""Vectorised recurrences shared by the batch paths (the scalar paths write them out inline).
+"""Vectorised recurrences shared by the batch paths (the scalar paths write them out inline), and
+the scalar ``log`` the per-step paths share.
 
 The scalar paths use exactly these forms, ``m = a*x + b*m`` with ``b = 1 - a``, so that
 ``scipy.signal.lfilter`` and the Python loop evaluate the same expression.
@@ -19,6 +20,29 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+
+_mlog = math.log
+#: the last two arguments of :func:`log` and their logs: ``(x, log x, x', log x')``
+_MEMO: tuple[Any, float, Any, float] = (None, 0.0, None, 0.0)
+
+
+def log(x: float) -> float:
+    """``math.log(x)``, remembering the last two arguments (by identity) and their logs.
+
+    A Monitor hands the same float objects to all its detectors at a step, so the log of each
+    signal is taken once a step rather than once per detector (``math.log`` parses its
+    arguments as a tuple: a look-up here costs a fraction of it). The memo is one tuple, replaced
+    whole, so threads never see an argument with another's log.
+    """
+    global _MEMO
+    m = _MEMO
+    if x is m[0]:
+        return m[1]
+    if x is m[2]:
+        return m[3]
+    y = _mlog(x)
+    _MEMO = (x, y, m[0], m[1])
+    return y
 
 
 def lfilter(*args: Any, **kwargs: Any) -> Any:

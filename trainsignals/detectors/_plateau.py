@@ -103,6 +103,10 @@ class PlateauRule(Detector):
     (and ``_fast_extra`` / ``_fast_keep`` when it tracks another input).
     """
 
+    # the tracker's state in slots: a rule's other attributes then stay few enough for CPython's
+    # fast per-instance attribute layout (up to 29 attributes in an instance dict)
+    __slots__ = tuple("_" + k for k in PLATEAU_KEYS if k != "last_step")
+
     def __init__(self, patience: int, hold: int, delta_mult: float, cooldown: int, signal: str) -> None:
         check_range("patience", patience, 2, None, integer=True)
         check_range("hold", hold, 1, None, integer=True)

@@ -17,7 +17,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input
-from ._ops import NEVER, column_log, ewma, first_unusable, first_usable, shared_ewma
+from ._ops import NEVER, column_log, ewma, first_unusable, first_usable, log, shared_ewma
 
 #: relative improvement that counts as a new best validation: the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
@@ -118,7 +118,7 @@ class ValGapRule(Detector):
     def _step(self, loss: float, val: float, step: int) -> Event | None:
         self._last_step = step
         if loss - loss == 0.0 and loss > 0.0:
-            u = math.log(loss)
+            u = log(loss)
             self._train = u if self._train is None else self._a * u + self._b * self._train
         return self._val(val, step) if val == val else None
 

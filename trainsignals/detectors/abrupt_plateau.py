@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +10,7 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Input, Knob
-from ._ops import column_log
+from ._ops import column_log, log
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, PlateauRule
 
 #: default progress (in ``delta``) the window before the plateau must show (CUSUMPlateau's
@@ -80,7 +79,7 @@ class AbruptPlateau(PlateauRule):
         if grad - grad == 0.0 and grad > 0.0:
             self._grad_seen = True  # from now on a grad-norm rule's call
             return None
-        if not self._level(math.log(x)):
+        if not self._level(log(x)):
             return None
         best, delta = self._checkpoint(step)
         if not self._ready(best, delta):

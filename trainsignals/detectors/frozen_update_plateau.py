@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._events import Event
 from .._validate import check_range
 from ._base import Input, Knob
-from ._ops import ewma
+from ._ops import ewma, log
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, PlateauRule
 
 #: default fall of the update-ratio level that counts as frozen (CUSUMPlateau's ``ratio_decades`` since
@@ -101,7 +101,7 @@ class FrozenUpdatePlateau(PlateauRule):
             return None
         if ratio - ratio == 0.0:
             self._r = ratio
-        if not self._level(math.log(x)):
+        if not self._level(log(x)):
             return None
         best, delta = self._checkpoint(step)
         r = self._r

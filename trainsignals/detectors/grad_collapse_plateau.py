@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -10,6 +9,7 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Knob
+from ._ops import log
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, GradPlateauRule
 
 #: default net fall of the grad norm that counts as stuck (CUSUMPlateau's ``stuck_decades`` since e4e4434,
@@ -73,7 +73,7 @@ class GradCollapsePlateau(GradPlateauRule):
         if x - x != 0.0 or x <= 0.0:
             return None
         self._grad(grad)
-        if not self._level(math.log(x)):
+        if not self._level(log(x)):
             return None
         best, delta = self._checkpoint(step)
         self._ghist.append(self._g)

@@ -10,6 +10,7 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Knob
+from ._ops import log
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, GradPlateauRule, factor
 
 #: default net grad-norm fall that counts as collapsed (CUSUMPlateau's ``collapse_decades`` since c4f1cb0,
@@ -79,7 +80,7 @@ class GradCollapseSlowdown(GradPlateauRule):
         if x - x != 0.0 or x <= 0.0:
             return None
         self._grad(grad)
-        if not self._level(math.log(x)):
+        if not self._level(log(x)):
             return None
         best, delta = self._checkpoint(step)
         self._ghist.append(self._g)

@@ -13,7 +13,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, column_log, first_unusable, shared_ewma
+from ._ops import NEVER, column_log, first_unusable, log, shared_ewma
 from ._trend import NOISE_PER_SD
 
 #: share of the lost-progress rise above ``best`` at which the level counts as climbing (and
@@ -120,14 +120,15 @@ class LostProgress(Detector):
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
-        y = math.log(x)
+        y = log(x)
         buf = self._buf
         level = self._la * y + self._lb * self._level if buf else y
         if not buf:
             self._best = y
         self._level = level
         best = self._best
-        self._low = min(self._low, level)
+        if level < self._low:
+            self._low = level
         lost = self._need() if level > best + self._half_lmin else self._lost  # below: not climbing
         climbing = level > best + _CLIMB_SHARE * lost
         if climbing:

@@ -13,9 +13,9 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._ops import column_log, first_unusable
+from ._ops import column_log, first_unusable, log
 
-_log, _NAN = math.log, math.nan
+_NAN = math.nan
 #: the 99th percentile of the swing ratio over the 18,096 no-progress windows of the healthy runs
 #: of the committed real and synthetic suites (1.934; ``benchmarks/probe_oscillation_shift.py``)
 NEW_SHIFT = 1.93
@@ -119,7 +119,7 @@ class LRRiseEdgeOfStability(Detector):
         if x - x != 0.0 or x <= 0.0:  # not a loss: the statistics stay untouched
             return None
         n, left, ls, self._n = self._n, self._left, self._ls, self._n + 1
-        self._ys.append(_log(x))
+        self._ys.append(log(x))
         self._ss.append(step)
         jumped = False
         if ls and 0.0 < lr <= ls[-1]:  # the usual step: a known rate that did not rise

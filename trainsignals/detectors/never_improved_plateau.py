@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from .._events import Event
 from ._base import Knob
+from ._ops import log
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, PlateauRule
 
 #: patience windows a run is given before "never improved" counts (e4e4434: "3x patience for
@@ -56,7 +56,7 @@ class NeverImprovedPlateau(PlateauRule):
 
     def _step(self, x: float, step: int) -> Event | None:
         self._last_step = step
-        if x - x != 0.0 or x <= 0.0 or not self._level(math.log(x)):
+        if x - x != 0.0 or x <= 0.0 or not self._level(log(x)):
             return None
         best, delta = self._checkpoint(step)
         if not self._ready(best, delta):

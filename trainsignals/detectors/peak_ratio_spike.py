@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, WARMUP, first_peak
-from ._ops import column_log, first_unusable, rises, shared_ewma
+from ._ops import column_log, first_unusable, log, rises, shared_ewma
 
 
 class PeakRatioSpike(Detector):
@@ -96,7 +96,7 @@ class PeakRatioSpike(Detector):
         if self._n > WARMUP and x >= self._r * rec[-1]:
             top = max(rec)
             if (x >= self._r * top and (self._last_event < 0 or step - self._last_event > self.cooldown)
-                    and (self._lj == 0.0 or math.log(x) - self._level >= self._lj)):
+                    and (self._lj == 0.0 or log(x) - self._level >= self._lj)):
                 self._last_event = step
                 msg = (f"{self.signal} jumped to {x:.4g}, {x / top:.3g}x the largest of the previous "
                        f"{len(rec)} values ({top:.4g})")
@@ -104,7 +104,7 @@ class PeakRatioSpike(Detector):
                                 self._r, msg)
         rec.append(x)
         if self._lj:
-            lx = math.log(x)
+            lx = log(x)
             self._level = ALPHA * lx + (1.0 - ALPHA) * self._level if self._n else lx
         self._n += 1
         return ev

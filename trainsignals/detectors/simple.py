@@ -111,6 +111,9 @@ class LRAnomaly(Detector):
         if lr - lr != 0.0 or lr < 0.0:
             return None
         prev = self._prev
+        if lr == prev and lr <= self._peak and self.schedule is None and not self._cooldown_left:
+            self._prev = lr  # the same rate again (as given: a -0.0 after a 0.0 stays -0.0)
+            return None  # no change: nothing fires, and only the step moves
         msg = None
         value = thr = 0.0
         if self.schedule is not None:

@@ -13,10 +13,10 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._ops import column_log, first_unusable, first_usable
+from ._ops import column_log, first_unusable, first_usable, log
 from ._swings import SPAN, swing
 
-_log, _NAN = math.log, math.nan
+_NAN = math.nan
 _VA, _VB, _BA, _BB = sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.BASE_ALPHA  # swing()'s weights
 
 
@@ -112,12 +112,12 @@ class SwingRatioEdgeOfStability(Detector):
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:  # not a loss: the statistics stay untouched
             return None
-        n, bl, bg, g, left, y = self._n, self._bl, self._bg, _NAN, self._left, _log(x)
+        n, bl, bg, g, left, y = self._n, self._bl, self._bg, _NAN, self._left, log(x)
         # swing(), its warm case written out: the hot path
         self._ml, self._vl, self._bl = (y, v := _VA * abs(y - self._ml) + _VB * self._vl, _BA * v + _BB * bl) \
             if n >= self.warmup else swing(y, self._ml, self._vl, bl, n, self.warmup)
         if grad - grad == 0.0 and grad > 0.0:
-            g, ng = _log(grad), self._ng
+            g, ng = log(grad), self._ng
             self._mg, self._vg, self._bg = (g, v := _VA * abs(g - self._mg) + _VB * self._vg, _BA * v + _BB * bg) \
                 if ng >= self.warmup else swing(g, self._mg, self._vg, bg, ng, self.warmup)
             self._ng = ng + 1

@@ -12,7 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ops import NEVER, column_log, first_true, shifted
+from ._ops import NEVER, column_log, first_true, log, shifted
 from ._trend import noise_levels, noise_step, window_trend
 
 #: at the start of a run the trend is fitted once the window is this full (a half: SlopeDivergence's
@@ -101,7 +101,7 @@ class TrendDivergence(Detector):
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
-        y = math.log(x)
+        y = log(x)
         buf = self._buf
         noise_prev = self._noise
         self._noise, self._nd = noise_step(y, buf, noise_prev, self._nd, self._a, self._b)
