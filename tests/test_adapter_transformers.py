@@ -500,6 +500,9 @@ def ddp_job(out: Path) -> None:
         "global_step": trainer.state.global_step, "stopped_step": cb.stopped_step,
         "critical": [[e.kind.value, e.step] for e in cb.events if e.severity == "critical"],
         "world": args.world_size}))
+    if torch.distributed.is_initialized():  # leave no communication thread running at exit
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def test_one_ranks_critical_event_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
