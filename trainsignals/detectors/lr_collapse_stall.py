@@ -85,8 +85,7 @@ class LRCollapseStall(Detector):
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
-        self._hist = deque((int(s), float(v)) for s, v in state["hist"])
-        self._hist = deque(self._hist, maxlen=self.window + self.hold)
+        self._hist = deque(((int(s), float(v)) for s, v in state["hist"]), maxlen=self.window + self.hold)
 
     def _step(self, lr: float, step: int) -> Event | None:
         self._last_step = step
