@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
         "PeakRatioSpike": (ts.PeakRatioSpike, (xs,)),
         "LevelShift": (ts.LevelShift, (xs,)),
         "NonFinite": (ts.NonFinite, (xs,)),
-        "LRAnomaly": (ts.LRAnomaly, (lrs,)),
+        "LRJumpAnomaly": (ts.LRJumpAnomaly, (lrs,)),
         "GradCollapsePlateau (loss, grad_norm)": (ts.GradCollapsePlateau, (xs, gs)),
         "GradCollapseSlowdown (loss, grad_norm)": (ts.GradCollapseSlowdown, (xs, gs)),
         "FrozenUpdatePlateau (loss, ratio)": (ts.FrozenUpdatePlateau, (xs, [v * 3e-4 for v in gs])),

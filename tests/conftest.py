@@ -80,7 +80,11 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         lr[400:] = 1e-3 * 10.0 ** (-np.minimum(np.arange(n - 400), 30) / 10)
         lr[::9] = np.nan
         return {"lr": lr}
-    if isinstance(det, ts.LRAnomaly):
+    if isinstance(det, ts.LRScheduleMismatch):  # the plan decays 10x at 300; the run applies it at 330
+        lr = np.where(np.arange(n) < 330, 1e-3, 1e-4)
+        lr[::9] = np.nan
+        return {"lr": lr}
+    if isinstance(det, ts.LRJumpAnomaly):
         lr = np.full(n, 1e-3)
         lr[200:] = 0.1
         lr[400:] = 1e-6
@@ -114,6 +118,11 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
     return {det.inputs[0].name: loss}
 
 
+def step_decay_at_300(step: int) -> float:
+    """A planned schedule (module level, so a detector holding it pickles): 1e-3, then 1e-4."""
+    return 1e-3 if step < 300 else 1e-4
+
+
 SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "GradCollapsePlateau": lambda: ts.GradCollapsePlateau(patience=40),
     "GradCollapsePlateau-strided": lambda: ts.GradCollapsePlateau(patience=150),
@@ -139,7 +148,8 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "SwingRatioEdgeOfStability": ts.SwingRatioEdgeOfStability,
     "LRRiseEdgeOfStability": ts.LRRiseEdgeOfStability,
     "NonFinite": ts.NonFinite,
-    "LRAnomaly": ts.LRAnomaly,
+    "LRJumpAnomaly": ts.LRJumpAnomaly,
+    "LRScheduleMismatch": lambda: ts.LRScheduleMismatch(step_decay_at_300),
     "LRCollapseStall": ts.LRCollapseStall,
     "LRCollapseStall-cooldown": lambda: ts.LRCollapseStall(window=30, hold=5, cooldown=60),
     "UpdateRatioAboveBand": ts.UpdateRatioAboveBand,

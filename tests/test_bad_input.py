@@ -171,9 +171,14 @@ def test_known_cases_from_the_issue():
     def schedule(step: int) -> float:
         return 1e-3
 
-    snap = ts.Monitor(lr_anomaly={"schedule": schedule}).state_dict()
+    def planned() -> dict[str, ts.Detector]:
+        suite = ts.default_suite()
+        suite["lr_schedule"] = ts.LRScheduleMismatch(schedule)
+        return suite
+
+    snap = ts.Monitor(suite=planned()).state_dict()
     json.dumps(snap)
-    again = ts.Monitor(lr_anomaly={"schedule": schedule})
+    again = ts.Monitor(suite=planned())
     again.load_state_dict(json.loads(json.dumps(snap)))
     mon = ts.Monitor()
     for t in range(300):

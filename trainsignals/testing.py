@@ -526,14 +526,17 @@ def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = 
             assert close_state(after, want), f"{name}: a {bad} {inp.name} changed the state"
     # bad settings name the parameter
     cls = type(det)
-    for pname, p in inspect.signature(cls.__init__).parameters.items():
+    params = inspect.signature(cls.__init__).parameters
+    needed: dict[str, Any] = {q: getattr(det, q) for q, p in params.items()  # a required argument: the factory's value
+                if q != "self" and p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD}
+    for pname, p in params.items():
         if pname == "self" or p.default is inspect.Parameter.empty:
             continue
         bad = _bad_value(p.default)
         if bad is None:
             continue
         try:
-            cls(**{pname: bad})
+            cls(**{**needed, pname: bad})
         except ValueError as exc:
             assert pname in str(exc), f"{name}({pname}={bad!r}): the error does not name it: {exc}"
         else:

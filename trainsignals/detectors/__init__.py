@@ -18,13 +18,15 @@ from .level_step_overfitting import LevelStepOverfitting
 from .ljung_box_sawtooth import LjungBoxSawtooth
 from .lost_progress import LostProgress
 from .lr_collapse_stall import LRCollapseStall
+from .lr_jump import LRJumpAnomaly
 from .lr_rise_eos import LRRiseEdgeOfStability
+from .lr_schedule import LRScheduleMismatch
 from .median_gap_cliff import MedianGapGradCliff
 from .never_improved_plateau import NeverImprovedPlateau
 from .own_drop_cliff import OwnDropGradCliff
 from .peak_ratio_spike import PeakRatioSpike
 from .rank_outliers import RankOutliers
-from .simple import LRAnomaly, NonFinite
+from .simple import NonFinite
 from .swing_ratio_eos import SwingRatioEdgeOfStability
 from .top_share_collapse import TopShareCollapse
 from .trend_divergence import TrendDivergence
@@ -46,7 +48,8 @@ __all__ = [
     "FlatFractionSaturation",
     "Input",
     "Knob",
-    "LRAnomaly",
+    "LRJumpAnomaly",
+    "LRScheduleMismatch",
     "LRCollapseStall",
     "LRRiseEdgeOfStability",
     "MedianGapGradCliff",

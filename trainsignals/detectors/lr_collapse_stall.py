@@ -79,6 +79,7 @@ class LRCollapseStall(Detector):
 
     def _reset(self) -> None:
         self._hist: deque[tuple[int, float]] = deque(maxlen=self.window + self.hold)  # (step, log10 lr)
+        self._vals: deque[float] = deque(maxlen=self.window + self.hold)  # the same log10 lr values alone
         self._fired: float | None = None  # the level that alarmed, until the lr comes back up
         self._quiet_until = -1
         self._last_step = -1
@@ -86,6 +87,7 @@ class LRCollapseStall(Detector):
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
         self._hist = deque(((int(s), float(v)) for s, v in state["hist"]), maxlen=self.window + self.hold)
+        self._vals = deque((v for _, v in self._hist), maxlen=self.window + self.hold)
 
     def _step(self, lr: float, step: int) -> Event | None:
         self._last_step = step
@@ -94,13 +96,14 @@ class LRCollapseStall(Detector):
         v = math.log10(lr if lr > TINY else TINY)
         h = self._hist
         h.append((step, v))
+        self._vals.append(v)
         if self._fired is not None:
             if v - self._fired < 0.5 * self.decades:
                 return None
             self._fired = None  # the learning rate came back: re-armed
         n, k = len(h), self.hold
-        if n <= k or step <= self._quiet_until:
-            return None
+        if n <= k or step <= self._quiet_until or max(self._vals) - v < self.decades:
+            return None  # (the peak before the hold is at most the highest value seen, the hold's at least v)
         recent = [x for _, x in islice(h, n - k, n)]
         hi = max(recent)
         if hi - min(recent) > self._flat:
@@ -142,6 +145,7 @@ class LRCollapseStall(Detector):
             return 0
         for s, x in zip(steps[i + good[max(0, m - w):m]].tolist(), v[max(0, m - w):m].tolist()):
             self._hist.append((int(s), float(x)))
+            self._vals.append(float(x))
         self._last_step = int(steps[i + k - 1])
         return k
 
