@@ -101,7 +101,7 @@ def test_shipped_calibration_covers_every_knob():
     knobbed = {n for n, d in ts.default_suite(calibrated=False).items() if d.knob is not None}
     assert set(shipped) == knobbed
     for name, row in shipped.items():
-        assert row["limit"] in ("measured", "no_data", None, "sensitive_end", "quiet_end", "default"), name
+        assert row["limit"] in ("measured", "no_data", None, "sensitive_end", "quiet_end", "default", "tail"), name
         assert row["steps"] > 0 or row["limit"] == "no_data", name
 
 
@@ -111,3 +111,49 @@ def test_ceiling_keeps_a_default_that_meets_the_budget(healthy):
     assert free.value < 20.0  # the budget alone allows a more sensitive factor than the default
     assert capped.value == 20.0 and capped.limit == "default"
     assert capped.alarms <= free.alarms
+
+
+def test_tail_value_recovers_an_exponential_tail():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    n, sigma = 4000, 0.5
+    prone = list(rng.exponential(sigma, n))  # every run prone; P(value > x) = exp(-x / sigma)
+    thr, rate = cal.tail_value(prone, n, 1e-3, step=1e-6, k=200)
+    assert rate == 1e-3
+    assert thr == pytest.approx(sigma * math.log(1e3), rel=0.1)  # the true 0.999 quantile
+
+
+def test_tail_value_needs_enough_prone_runs_and_steps_past_ties():
+    assert cal.tail_value([1.0, 2.0, 3.0, 4.0], 300, 1e-3, step=0.01) is None
+    thr, rate = cal.tail_value([2.0] * 12, 300, 1e-3, step=0.01)  # a tie: just past it, and nothing beyond
+    assert thr == pytest.approx(2.01) and rate == 0.0
+
+
+def test_critical_values_are_where_each_run_starts_to_alarm(healthy):
+    crit = cal.critical_values("lr_anomaly", healthy)
+    assert len(crit) == len(healthy)
+    for c, v in zip(healthy, crit, strict=True):
+        if v is None:  # quiet even at the most sensitive factor
+            assert sum(cal.healthy_alarms("lr_anomaly", {"jump_factor": 2.0}, [c])[str(c.difficulty)][:1]) == 0
+            continue
+        fires = cal.healthy_alarms("lr_anomaly", {"jump_factor": v}, [c])[str(c.difficulty)][0]
+        quieter = cal.healthy_alarms("lr_anomaly", {"jump_factor": v * 1.01}, [c])[str(c.difficulty)][0]
+        assert fires > 0 and quieter == 0
+
+
+def test_tail_calibration_splits_the_run_budget_among_the_rules(healthy):
+    rows = cal.tail_calibrate(healthy, names=["lr_anomaly", "loss_spike"], run_budget=0.3)
+    assert [r.name for r in rows] == ["lr_anomaly", "loss_spike"]
+    for r in rows:
+        assert r.limit in ("tail", "default", "quiet_end")
+        if r.limit == "tail":
+            assert 0.0 <= r.run_rate <= 0.3
+        # the chosen value is no more sensitive than the most prone run that the tail lies past
+        crit = [v for v in cal.critical_values(r.name, healthy) if v is not None]
+        assert all(v <= r.value * 1.001 for v in crit) or r.limit == "default"  # past every prone run
+
+
+def test_leave_one_family_out_names_an_unknown_method():
+    with pytest.raises(ValueError, match="method"):
+        cal.leave_one_family_out("real", method="guess")
