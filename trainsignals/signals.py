@@ -83,6 +83,7 @@ DENSE_SIGNALS: tuple[str, ...] = tuple(n for n in SCALAR_SIGNALS if not SIGNALS[
 #: (``mean``, ``var``, ``min``, ``max``) are accepted and ignored.
 ACT_STATS = ("dead_frac", "saturation")
 _ALL_ACT_STATS = ("dead_frac", "saturation", "mean", "var", "min", "max")
+_STAT_SET = frozenset(_ALL_ACT_STATS)
 
 
 def scalar(name: str, x: Any) -> float:
@@ -146,7 +147,11 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
         ValueError: negative values, or layer names other than ``known``.
     """
     if type(value) is LayerValues:
-        vec, keys = value.array, value.names
+        lv, keys = value, value.names
+    elif type(value) is np.ndarray and value.dtype == np.float64 and value.ndim == 1:  # a vector as is
+        keys = known if known is not None and len(known) == len(value) else \
+            tuple(f"layer{i}" for i in range(len(value)))
+        lv = LayerValues(keys, value)
     elif isinstance(value, Mapping):
         keys = tuple(value)
         if keys is not known and keys != known:
@@ -155,16 +160,18 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
             vec = np.fromiter((float(v) for v in value.values()), dtype=np.float64, count=len(keys))
         except (TypeError, ValueError, OverflowError):
             vec = np.array([_number(f"{name}[{k!r}]", v) for k, v in zip(keys, value.values())], dtype=np.float64)
+        lv = LayerValues(keys, vec)
     else:
         if isinstance(value, (str, bytes)) or value is None:
             raise TypeError(f"{name} must be a mapping or a sequence of numbers, got {type(value).__name__}")
         vec = _vector(name, value)
         keys = known if known is not None and len(known) == len(vec) else tuple(f"layer{i}" for i in range(len(vec)))
+        lv = LayerValues(keys, vec)
     if known is not None and keys is not known and keys != known:
         raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
-    if SIGNALS[name].nonneg and len(vec) and vec.min() < 0:
+    if SIGNALS[name].nonneg and lv.low() < 0:  # the smallest value, computed once per value
         raise ValueError(f"{name} must be >= 0")
-    return value if type(value) is LayerValues else LayerValues(keys, vec)
+    return lv
 
 
 class LayerStats:
@@ -174,11 +181,27 @@ class LayerStats:
     report a statistic.
     """
 
-    __slots__ = ("names", "matrix")
+    __slots__ = ("names", "matrix", "_ranges")
 
     def __init__(self, names: tuple[str, ...], matrix: np.ndarray) -> None:
         self.names = names
         self.matrix = matrix
+        self._ranges: tuple[list[float], list[float]] | None = None
+
+    def ranges(self) -> tuple[list[float], list[float]]:
+        """Each statistic's smallest and largest value over the layers (``nan`` where a layer
+        has ``nan``), computed once per sample: the checks and every rule reading it share them.
+
+        Example:
+            >>> LayerStats(("a", "b"), np.array([[0.0, 0.5], [0.25, 0.1]])).ranges()
+            ([0.0, 0.1], [0.5, 0.25])
+        """
+        got = self._ranges
+        if got is None:
+            mat = self.matrix
+            got = self._ranges = ((np.minimum.reduce(mat, axis=1).tolist(), np.maximum.reduce(mat, axis=1).tolist())
+                                  if mat.shape[1] else ([math.inf] * len(mat), [-math.inf] * len(mat)))
+        return got
 
     def __repr__(self) -> str:
         return f"LayerStats(names={self.names!r}, matrix={self.matrix.tolist()!r})"
@@ -203,11 +226,13 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
         TypeError: not a mapping of that shape, or values that are not real numbers.
         ValueError: fractions outside [0, 1], or layers other than ``known``.
     """
+    sample = None
     if type(value) is LayerStats:
         names, mat = value.names, value.matrix
     elif not isinstance(value, Mapping):
         raise TypeError("activations must be a mapping {layer: {'dead_frac': f, 'saturation': f}}")
-    elif value and all(k in _ALL_ACT_STATS for k in value) and not any(isinstance(v, Mapping) for v in value.values()):
+    elif value and _STAT_SET.issuperset(value) and not any(
+            type(v) is not np.ndarray and isinstance(v, Mapping) for v in value.values()):
         cols = {str(k): v if type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 1
                 else _vector(f"activations[{k!r}]", v) for k, v in value.items()}
         lens = {len(c) for c in cols.values()}
@@ -218,7 +243,9 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
         mat = np.empty((2, n))
         for r, key in enumerate(ACT_STATS):
             mat[r] = cols.get(key, np.nan)
-        if n and not (mat.min() >= 0.0 and mat.max() <= 1.0):  # a non-finite value, or one out of range
+        sample = LayerStats(names, mat)
+        (lo0, lo1), (hi0, hi1) = sample.ranges()
+        if n and not (lo0 >= 0.0 and lo1 >= 0.0 and hi0 <= 1.0 and hi1 <= 1.0):  # a nan, or a value out of range
             bad = np.isfinite(mat) & ((mat < 0.0) | (mat > 1.0))
             if bad.any():
                 r = int(np.nonzero(bad.any(axis=1))[0][0])
@@ -234,7 +261,7 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
                     mat[r, j] = _fraction(f"activations[{names[j]!r}][{key!r}]", stats[key])
     if known is not None and names is not known and names != known:
         raise ValueError(f"activations layers changed: expected {list(known)}, got {list(names)}")
-    return value if type(value) is LayerStats else LayerStats(names, mat)
+    return sample if sample is not None else value if type(value) is LayerStats else LayerStats(names, mat)
 
 
 @dataclass

@@ -31,6 +31,7 @@ __all__ = ["LayerLevels", "CALM", "as_named_vector", "cliff_message", "middle", 
 CALM = 1.0
 #: rows of a scan's fast path taken at once (bounds the memory of the per-row levels)
 _ROWS = 4096
+_lowest, _highest = np.minimum.reduce, np.maximum.reduce
 
 
 def as_named_vector(name: str, value: Any, names: tuple[str, ...] | None) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -82,6 +83,7 @@ class LayerLevels(Detector):
         self._w = np.array([[float(fast)], [float(slow)]])            # the weights of the new value
         self._keep = np.array([[1.0 - float(fast)], [1.0 - float(slow)]])  # ... and of the old level
         self._recipe = (self._floor, float(fast), float(slow))  # levels with these weights: shared by rules
+        self._keep_full = self._keep  # ``_keep`` repeated for each layer (set on the first levels)
         self._reset()
 
     def _reset(self) -> None:
@@ -123,8 +125,12 @@ class LayerLevels(Detector):
                 self._fs, lo, top = got[1]
                 self._n += 1
                 return self._check(step, lo, top)
-            new = self._w * u + self._keep * fs
-            lo, top = float(new[0].min()), float(new.max())  # a non-finite value makes one of them non-finite
+            keep = self._keep_full
+            if keep.shape != fs.shape:  # the old levels' weights, one per level (a broadcast is slower)
+                keep = self._keep_full = np.broadcast_to(self._keep, fs.shape).copy()
+            new = np.multiply(keep, fs)
+            new += self._w * u
+            lo, top = float(_lowest(new[0])), float(_highest(new, None))  # a non-finite value makes one of them non-finite
             if lo - lo == 0.0 and top - top == 0.0:
                 new.flags.writeable = False  # shared: levels are replaced, never changed in place
                 values.shared[self._recipe] = (fs, (new, lo, top))
