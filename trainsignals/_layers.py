@@ -90,6 +90,16 @@ class LayerValues(Mapping[str, float]):
         self._log = (floor, u)
         return u
 
+    def release(self) -> None:
+        """Drop what was derived from this value (its ``log10``, the shared results), keeping the vector.
+
+        The :class:`~trainsignals.Monitor` calls it once the step that read the value is judged,
+        so that values a caller keeps hold no more memory than their vectors (a value read
+        again derives them again).
+        """
+        self.shared.clear()
+        self._log = None
+
     def __getitem__(self, name: str) -> float:
         if self._index is None:
             self._index = {n: i for i, n in enumerate(self.names)}

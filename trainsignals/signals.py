@@ -32,13 +32,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ._layers import LayerValues
 
-__all__ = ["SIGNALS", "SCALAR_SIGNALS", "DENSE_SIGNALS", "Signal", "Column", "LayerStats", "scalar", "layers", "activations", "column", "dense_values", "as_steps", "ACT_STATS"]
+__all__ = ["SIGNALS", "SCALAR_SIGNALS", "DENSE_SIGNALS", "Signal", "Column", "LayerStats", "scalar", "layers", "activations", "column", "dense_values", "as_steps", "ACT_STATS",
+           "positional_names"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,12 @@ def scalar(name: str, x: Any) -> float:
     return x
 
 
+@lru_cache(maxsize=16)
+def positional_names(n: int) -> tuple[str, ...]:
+    """The names of ``n`` layers known only by position: ``("layer0", ..., f"layer{n - 1}")`` (built once per count)."""
+    return tuple(f"layer{i}" for i in range(n))
+
+
 def _number(name: str, v: Any) -> float:
     """One number of a per-layer value (a huge integer is infinite), or a ``TypeError`` naming it."""
     if isinstance(v, (str, bytes, bool, np.bool_)) or v is None:
@@ -149,8 +157,7 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
     if type(value) is LayerValues:
         lv, keys = value, value.names
     elif type(value) is np.ndarray and value.dtype == np.float64 and value.ndim == 1:  # a vector as is
-        keys = known if known is not None and len(known) == len(value) else \
-            tuple(f"layer{i}" for i in range(len(value)))
+        keys = known if known is not None and len(known) == len(value) else positional_names(len(value))
         lv = LayerValues(keys, value)
     elif isinstance(value, Mapping):
         keys = tuple(value)
@@ -165,7 +172,7 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
         if isinstance(value, (str, bytes)) or value is None:
             raise TypeError(f"{name} must be a mapping or a sequence of numbers, got {type(value).__name__}")
         vec = _vector(name, value)
-        keys = known if known is not None and len(known) == len(vec) else tuple(f"layer{i}" for i in range(len(vec)))
+        keys = known if known is not None and len(known) == len(vec) else positional_names(len(vec))
         lv = LayerValues(keys, vec)
     if known is not None and keys is not known and keys != known:
         raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
@@ -239,7 +246,7 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
         if len(lens) != 1:
             raise ValueError(f"activations vectors must have one value per layer, got lengths {sorted(lens)}")
         n = lens.pop()
-        names = known if known is not None and len(known) == n else tuple(f"layer{i}" for i in range(n))
+        names = known if known is not None and len(known) == n else positional_names(n)
         mat = np.empty((2, n))
         for r, key in enumerate(ACT_STATS):
             mat[r] = cols.get(key, np.nan)
@@ -368,8 +375,7 @@ def _layer_matrix(name: str, value: Any, known: tuple[str, ...] | None) -> tuple
             raise TypeError(f"{name} must be a 2-D array of real numbers") from exc
         if mat.ndim != 2:
             raise ValueError(f"{name} must be 2-D (steps, layers), got shape {mat.shape}")
-        keys = known if known is not None and len(known) == mat.shape[1] else tuple(
-            f"layer{i}" for i in range(mat.shape[1]))
+        keys = known if known is not None and len(known) == mat.shape[1] else positional_names(mat.shape[1])
     if known is not None and keys != known:
         raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
     if SIGNALS[name].nonneg and mat.size and np.nanmin(mat) < 0:
