@@ -64,7 +64,8 @@ class LayerValues(Mapping[str, float]):
         """
         got = self._low
         if got is None:
-            got = self._low = float(self.array.min()) if len(self.array) else float("inf")
+            a = self.array
+            got = self._low = a.item(a.argmin()) if len(a) else float("inf")  # argmin finds a nan first, and is faster
         return got
 
     def log10(self, floor: float = 0.0) -> np.ndarray:

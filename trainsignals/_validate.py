@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -26,14 +27,14 @@ def check_range(
     v = float(value)
     if math.isnan(v):
         raise ValueError(f"{name} must be a number, got nan")
-    left = "(" if lo_open else "["
-    right = ")" if hi_open else "]"
-    interval = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
     bad = (
         (lo is not None and (v < lo or (lo_open and v == lo)))
         or (hi is not None and (v > hi or (hi_open and v == hi)))
     )
     if bad:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        interval = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
         raise ValueError(f"{name} must be in {interval}, got {value!r}")
 
 
@@ -79,8 +80,14 @@ def to_step(x: Any) -> int:
 
 def check_signal(name: str, value: Any, form: str = "scalar") -> None:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is a signal of that form in the vocabulary."""
+    ok = _signals_of(form)
+    if value not in ok:
+        raise ValueError(f"{name} must be one of {list(ok)}, got {value!r}")
+
+
+@cache
+def _signals_of(form: str) -> tuple[str, ...]:
+    """The signals of one form, in the vocabulary's order."""
     from .signals import SIGNALS
 
-    ok = [k for k, sig in SIGNALS.items() if sig.form == form]
-    if value not in ok:
-        raise ValueError(f"{name} must be one of {ok}, got {value!r}")
+    return tuple(k for k, sig in SIGNALS.items() if sig.form == form)

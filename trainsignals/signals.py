@@ -205,9 +205,9 @@ class LayerStats:
         """
         got = self._ranges
         if got is None:
-            mat = self.matrix
-            got = self._ranges = ((np.minimum.reduce(mat, axis=1).tolist(), np.maximum.reduce(mat, axis=1).tolist())
-                                  if mat.shape[1] else ([math.inf] * len(mat), [-math.inf] * len(mat)))
+            rows = list(self.matrix) if self.matrix.shape[1] else []  # argmin/argmax find a nan first, and are fast
+            got = self._ranges = (([r.item(r.argmin()) for r in rows], [r.item(r.argmax()) for r in rows]) if rows
+                                  else ([math.inf] * len(self.matrix), [-math.inf] * len(self.matrix)))
         return got
 
     def __repr__(self) -> str:
@@ -222,6 +222,32 @@ def _fraction(where: str, v: Any) -> float:
     if f == f and not 0.0 <= f <= 1.0:
         raise ValueError(f"{where} must be a fraction in [0, 1], got {f}")
     return f
+
+
+def _stat_columns(value: Mapping[str, Any], known: tuple[str, ...] | None) -> LayerStats:
+    """The column form of an activation sample, ``{stat: vector}``, checked (see :func:`activations`)."""
+    cols = {str(k): v if type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 1
+            else _vector(f"activations[{k!r}]", v) for k, v in value.items()}
+    dead, sat = cols.get("dead_frac"), cols.get("saturation")
+    if dead is not None and sat is not None and len(cols) == 2 and len(dead) == len(sat):  # the usual sample
+        n = len(dead)
+        mat = np.array((dead, sat))
+    else:
+        lens = {len(c) for c in cols.values()}
+        if len(lens) != 1:
+            raise ValueError(f"activations vectors must have one value per layer, got lengths {sorted(lens)}")
+        n = lens.pop()
+        mat = np.empty((2, n))
+        for r, key in enumerate(ACT_STATS):
+            mat[r] = cols.get(key, np.nan)
+    sample = LayerStats(known if known is not None and len(known) == n else positional_names(n), mat)
+    (lo0, lo1), (hi0, hi1) = sample.ranges()
+    if n and not (lo0 >= 0.0 and lo1 >= 0.0 and hi0 <= 1.0 and hi1 <= 1.0):  # a nan, or a value out of range
+        bad = np.isfinite(mat) & ((mat < 0.0) | (mat > 1.0))
+        if bad.any():
+            r = int(np.nonzero(bad.any(axis=1))[0][0])
+            raise ValueError(f"activations[{ACT_STATS[r]!r}] must hold fractions in [0, 1]")
+    return sample
 
 
 def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
@@ -240,23 +266,8 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
         raise TypeError("activations must be a mapping {layer: {'dead_frac': f, 'saturation': f}}")
     elif value and _STAT_SET.issuperset(value) and not any(
             type(v) is not np.ndarray and isinstance(v, Mapping) for v in value.values()):
-        cols = {str(k): v if type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 1
-                else _vector(f"activations[{k!r}]", v) for k, v in value.items()}
-        lens = {len(c) for c in cols.values()}
-        if len(lens) != 1:
-            raise ValueError(f"activations vectors must have one value per layer, got lengths {sorted(lens)}")
-        n = lens.pop()
-        names = known if known is not None and len(known) == n else positional_names(n)
-        mat = np.empty((2, n))
-        for r, key in enumerate(ACT_STATS):
-            mat[r] = cols.get(key, np.nan)
-        sample = LayerStats(names, mat)
-        (lo0, lo1), (hi0, hi1) = sample.ranges()
-        if n and not (lo0 >= 0.0 and lo1 >= 0.0 and hi0 <= 1.0 and hi1 <= 1.0):  # a nan, or a value out of range
-            bad = np.isfinite(mat) & ((mat < 0.0) | (mat > 1.0))
-            if bad.any():
-                r = int(np.nonzero(bad.any(axis=1))[0][0])
-                raise ValueError(f"activations[{ACT_STATS[r]!r}] must hold fractions in [0, 1]")
+        sample = _stat_columns(value, known)
+        names = sample.names
     else:
         names = tuple(str(k) for k in value)
         mat = np.full((2, len(names)), np.nan)

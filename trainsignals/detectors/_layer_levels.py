@@ -31,7 +31,6 @@ __all__ = ["LayerLevels", "CALM", "as_named_vector", "cliff_message", "middle", 
 CALM = 1.0
 #: rows of a scan's fast path taken at once (bounds the memory of the per-row levels)
 _ROWS = 4096
-_lowest, _highest = np.minimum.reduce, np.maximum.reduce
 
 
 def as_named_vector(name: str, value: Any, names: tuple[str, ...] | None) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -130,7 +129,8 @@ class LayerLevels(Detector):
                 keep = self._keep_full = np.broadcast_to(self._keep, fs.shape).copy()
             new = np.multiply(keep, fs)
             new += self._w * u
-            lo, top = float(_lowest(new[0])), float(_highest(new, None))  # a non-finite value makes one of them non-finite
+            f = new[0]  # argmin and argmax find a nan first: a non-finite value makes lo or top non-finite
+            lo, top = f.item(f.argmin()), new.item(new.argmax())
             if lo - lo == 0.0 and top - top == 0.0:
                 new.flags.writeable = False  # shared: levels are replaced, never changed in place
                 values.shared[self._recipe] = (fs, (new, lo, top))
