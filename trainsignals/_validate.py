@@ -67,7 +67,9 @@ def to_step(x: Any) -> int:
     """Convert a step to ``int``; ``TypeError`` if it is not a whole number, ``ValueError`` if
     it does not fit the 64-bit steps of traces and the batch path.
     """
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+    if type(x) is int:  # the usual step
+        s = x
+    elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
         s = int(x)
     elif isinstance(x, (float, np.floating)) and math.isfinite(x) and float(x).is_integer():
         s = int(x)

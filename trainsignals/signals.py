@@ -205,9 +205,13 @@ class LayerStats:
         """
         got = self._ranges
         if got is None:
-            rows = list(self.matrix) if self.matrix.shape[1] else []  # argmin/argmax find a nan first, and are fast
-            got = self._ranges = (([r.item(r.argmin()) for r in rows], [r.item(r.argmax()) for r in rows]) if rows
-                                  else ([math.inf] * len(self.matrix), [-math.inf] * len(self.matrix)))
+            mat = self.matrix
+            if mat.shape[1]:  # argmin and argmax find a nan first, and are faster than min and max
+                rows = [mat[r] for r in range(len(mat))]
+                got = ([v.item(v.argmin()) for v in rows], [v.item(v.argmax()) for v in rows])
+            else:
+                got = ([math.inf] * len(mat), [-math.inf] * len(mat))
+            self._ranges = got
         return got
 
     def __repr__(self) -> str:
