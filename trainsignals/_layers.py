@@ -36,7 +36,7 @@ class LayerValues(Mapping[str, float]):
         (0.25, ['fc1.weight', 'fc2.weight'], True)
     """
 
-    __slots__ = ("names", "array", "shared", "_index", "_log")
+    __slots__ = ("names", "array", "shared", "_index", "_log", "_low")
 
     def __init__(self, names: Sequence[str], values: Any) -> None:
         self.names: tuple[str, ...] = names if isinstance(names, tuple) else tuple(names)
@@ -53,6 +53,20 @@ class LayerValues(Mapping[str, float]):
         self.shared: dict[Any, Any] = {}
         self._index: dict[str, int] | None = None
         self._log: tuple[float, np.ndarray] | None = None
+        self._low: float | None = None
+
+    def low(self) -> float:
+        """The smallest value (``nan`` when a value is ``nan``), computed once per value.
+
+        Example:
+            >>> LayerValues(("a", "b"), [3.0, 0.5]).low()
+            0.5
+        """
+        got = self._low
+        if got is None:
+            a = self.array
+            got = self._low = a.item(a.argmin()) if len(a) else float("inf")  # argmin finds a nan first, and is faster
+        return got
 
     def log10(self, floor: float = 0.0) -> np.ndarray:
         """``log10`` of the values, each taken at least ``floor`` (a zero or negative value gives a
@@ -66,12 +80,26 @@ class LayerValues(Mapping[str, float]):
         got = self._log
         if got is not None and got[0] == floor:
             return got[1]
-        x = np.maximum(self.array, floor) if floor else self.array
-        with np.errstate(divide="ignore", invalid="ignore"):
-            u = np.log10(x)
+        if floor:  # every value at least floor > 0 (or nan): nothing to warn about
+            u = np.log10(np.maximum(self.array, floor))
+        elif self.low() > 0.0:  # positive values (inf and nan give themselves without a warning)
+            u = np.log10(self.array)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                u = np.log10(self.array)
         u.flags.writeable = False
         self._log = (floor, u)
         return u
+
+    def release(self) -> None:
+        """Drop what was derived from this value (its ``log10``, the shared results), keeping the vector.
+
+        The :class:`~trainsignals.Monitor` calls it once the step that read the value is judged,
+        so that values a caller keeps hold no more memory than their vectors (a value read
+        again derives them again).
+        """
+        self.shared.clear()
+        self._log = None
 
     def __getitem__(self, name: str) -> float:
         if self._index is None:

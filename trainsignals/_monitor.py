@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ._events import Event, Kind, check_kinds
+from ._layers import LayerValues
 from ._recorder import Recorder
 from ._validate import check_choice, check_range, to_step
 from ._version import __version__
@@ -86,8 +87,14 @@ def _runner(calls: Sequence[tuple[Any, tuple[int, ...]]]) -> Any:
                   "            out.extend(ev) if type(ev) is list else out.append(ev)"]
     lines += ["        return out", "    return run"]
     scope: dict[str, Any] = {}
-    exec(compile("\n".join(lines), "<trainsignals.Monitor plan>", "exec"), scope)
+    exec(_compiled("\n".join(lines)), scope)
     return scope["make"](*(feed for feed, _ in calls))
+
+
+@lru_cache(maxsize=256)
+def _compiled(source: str) -> Any:
+    """A plan's source compiled (once per source: every Monitor of a suite has the same plans)."""
+    return compile(source, "<trainsignals.Monitor plan>", "exec")
 
 
 def _snake(name: str) -> str:
@@ -457,6 +464,10 @@ class Monitor:
         lv = row[0] if have & 1 else _NAN
         row += _ABSENT_TAIL
         out = self.policy.apply(run(row, s), s, lv)  # only the detectors this step's signals reach
+        if have >= 128:  # the caller's LayerValues keep no more than their vectors once the step is judged
+            for v in (layer_grad_norms, layer_update_ratios):
+                if type(v) is LayerValues:
+                    v.release()
         if have & 1:
             if lv - lv == 0.0:
                 self._n_loss += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -26,14 +27,14 @@ def check_range(
     v = float(value)
     if math.isnan(v):
         raise ValueError(f"{name} must be a number, got nan")
-    left = "(" if lo_open else "["
-    right = ")" if hi_open else "]"
-    interval = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
     bad = (
         (lo is not None and (v < lo or (lo_open and v == lo)))
         or (hi is not None and (v > hi or (hi_open and v == hi)))
     )
     if bad:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        interval = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
         raise ValueError(f"{name} must be in {interval}, got {value!r}")
 
 
@@ -66,7 +67,9 @@ def to_step(x: Any) -> int:
     """Convert a step to ``int``; ``TypeError`` if it is not a whole number, ``ValueError`` if
     it does not fit the 64-bit steps of traces and the batch path.
     """
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+    if type(x) is int:  # the usual step
+        s = x
+    elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
         s = int(x)
     elif isinstance(x, (float, np.floating)) and math.isfinite(x) and float(x).is_integer():
         s = int(x)
@@ -79,8 +82,14 @@ def to_step(x: Any) -> int:
 
 def check_signal(name: str, value: Any, form: str = "scalar") -> None:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is a signal of that form in the vocabulary."""
+    ok = _signals_of(form)
+    if value not in ok:
+        raise ValueError(f"{name} must be one of {list(ok)}, got {value!r}")
+
+
+@cache
+def _signals_of(form: str) -> tuple[str, ...]:
+    """The signals of one form, in the vocabulary's order."""
     from .signals import SIGNALS
 
-    ok = [k for k, sig in SIGNALS.items() if sig.form == form]
-    if value not in ok:
-        raise ValueError(f"{name} must be one of {ok}, got {value!r}")
+    return tuple(k for k, sig in SIGNALS.items() if sig.form == form)

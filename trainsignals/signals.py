@@ -32,13 +32,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ._layers import LayerValues
 
-__all__ = ["SIGNALS", "SCALAR_SIGNALS", "DENSE_SIGNALS", "Signal", "Column", "LayerStats", "scalar", "layers", "activations", "column", "dense_values", "as_steps", "ACT_STATS"]
+__all__ = ["SIGNALS", "SCALAR_SIGNALS", "DENSE_SIGNALS", "Signal", "Column", "LayerStats", "scalar", "layers", "activations", "column", "dense_values", "as_steps", "ACT_STATS",
+           "positional_names"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ DENSE_SIGNALS: tuple[str, ...] = tuple(n for n in SCALAR_SIGNALS if not SIGNALS[
 #: (``mean``, ``var``, ``min``, ``max``) are accepted and ignored.
 ACT_STATS = ("dead_frac", "saturation")
 _ALL_ACT_STATS = ("dead_frac", "saturation", "mean", "var", "min", "max")
+_STAT_SET = frozenset(_ALL_ACT_STATS)
 
 
 def scalar(name: str, x: Any) -> float:
@@ -110,6 +113,12 @@ def scalar(name: str, x: Any) -> float:
     if sig.fraction and (x < 0.0 or x > 1.0):  # NaN passes: a measured non-finite value
         raise ValueError(f"{name} must be a fraction in [0, 1], got {x}")
     return x
+
+
+@lru_cache(maxsize=16)
+def positional_names(n: int) -> tuple[str, ...]:
+    """The names of ``n`` layers known only by position: ``("layer0", ..., f"layer{n - 1}")`` (built once per count)."""
+    return tuple(f"layer{i}" for i in range(n))
 
 
 def _number(name: str, v: Any) -> float:
@@ -146,7 +155,10 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
         ValueError: negative values, or layer names other than ``known``.
     """
     if type(value) is LayerValues:
-        vec, keys = value.array, value.names
+        lv, keys = value, value.names
+    elif type(value) is np.ndarray and value.dtype == np.float64 and value.ndim == 1:  # a vector as is
+        keys = known if known is not None and len(known) == len(value) else positional_names(len(value))
+        lv = LayerValues(keys, value)
     elif isinstance(value, Mapping):
         keys = tuple(value)
         if keys is not known and keys != known:
@@ -155,16 +167,18 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
             vec = np.fromiter((float(v) for v in value.values()), dtype=np.float64, count=len(keys))
         except (TypeError, ValueError, OverflowError):
             vec = np.array([_number(f"{name}[{k!r}]", v) for k, v in zip(keys, value.values())], dtype=np.float64)
+        lv = LayerValues(keys, vec)
     else:
         if isinstance(value, (str, bytes)) or value is None:
             raise TypeError(f"{name} must be a mapping or a sequence of numbers, got {type(value).__name__}")
         vec = _vector(name, value)
-        keys = known if known is not None and len(known) == len(vec) else tuple(f"layer{i}" for i in range(len(vec)))
+        keys = known if known is not None and len(known) == len(vec) else positional_names(len(vec))
+        lv = LayerValues(keys, vec)
     if known is not None and keys is not known and keys != known:
         raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
-    if SIGNALS[name].nonneg and len(vec) and vec.min() < 0:
+    if SIGNALS[name].nonneg and lv.low() < 0:  # the smallest value, computed once per value
         raise ValueError(f"{name} must be >= 0")
-    return value if type(value) is LayerValues else LayerValues(keys, vec)
+    return lv
 
 
 class LayerStats:
@@ -174,11 +188,31 @@ class LayerStats:
     report a statistic.
     """
 
-    __slots__ = ("names", "matrix")
+    __slots__ = ("names", "matrix", "_ranges")
 
     def __init__(self, names: tuple[str, ...], matrix: np.ndarray) -> None:
         self.names = names
         self.matrix = matrix
+        self._ranges: tuple[list[float], list[float]] | None = None
+
+    def ranges(self) -> tuple[list[float], list[float]]:
+        """Each statistic's smallest and largest value over the layers (``nan`` where a layer
+        has ``nan``), computed once per sample: the checks and every rule reading it share them.
+
+        Example:
+            >>> LayerStats(("a", "b"), np.array([[0.0, 0.5], [0.25, 0.1]])).ranges()
+            ([0.0, 0.1], [0.5, 0.25])
+        """
+        got = self._ranges
+        if got is None:
+            mat = self.matrix
+            if mat.shape[1]:  # argmin and argmax find a nan first, and are faster than min and max
+                rows = [mat[r] for r in range(len(mat))]
+                got = ([v.item(v.argmin()) for v in rows], [v.item(v.argmax()) for v in rows])
+            else:
+                got = ([math.inf] * len(mat), [-math.inf] * len(mat))
+            self._ranges = got
+        return got
 
     def __repr__(self) -> str:
         return f"LayerStats(names={self.names!r}, matrix={self.matrix.tolist()!r})"
@@ -194,6 +228,32 @@ def _fraction(where: str, v: Any) -> float:
     return f
 
 
+def _stat_columns(value: Mapping[str, Any], known: tuple[str, ...] | None) -> LayerStats:
+    """The column form of an activation sample, ``{stat: vector}``, checked (see :func:`activations`)."""
+    cols = {str(k): v if type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 1
+            else _vector(f"activations[{k!r}]", v) for k, v in value.items()}
+    dead, sat = cols.get("dead_frac"), cols.get("saturation")
+    if dead is not None and sat is not None and len(cols) == 2 and len(dead) == len(sat):  # the usual sample
+        n = len(dead)
+        mat = np.array((dead, sat))
+    else:
+        lens = {len(c) for c in cols.values()}
+        if len(lens) != 1:
+            raise ValueError(f"activations vectors must have one value per layer, got lengths {sorted(lens)}")
+        n = lens.pop()
+        mat = np.empty((2, n))
+        for r, key in enumerate(ACT_STATS):
+            mat[r] = cols.get(key, np.nan)
+    sample = LayerStats(known if known is not None and len(known) == n else positional_names(n), mat)
+    (lo0, lo1), (hi0, hi1) = sample.ranges()
+    if n and not (lo0 >= 0.0 and lo1 >= 0.0 and hi0 <= 1.0 and hi1 <= 1.0):  # a nan, or a value out of range
+        bad = np.isfinite(mat) & ((mat < 0.0) | (mat > 1.0))
+        if bad.any():
+            r = int(np.nonzero(bad.any(axis=1))[0][0])
+            raise ValueError(f"activations[{ACT_STATS[r]!r}] must hold fractions in [0, 1]")
+    return sample
+
+
 def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
     """One activation sample: ``{layer: {"dead_frac": f, "saturation": f, ...}}`` or the column
     form ``{"dead_frac": vector, "saturation": vector}`` (layers named by ``known`` when it
@@ -203,26 +263,15 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
         TypeError: not a mapping of that shape, or values that are not real numbers.
         ValueError: fractions outside [0, 1], or layers other than ``known``.
     """
+    sample = None
     if type(value) is LayerStats:
         names, mat = value.names, value.matrix
     elif not isinstance(value, Mapping):
         raise TypeError("activations must be a mapping {layer: {'dead_frac': f, 'saturation': f}}")
-    elif value and all(k in _ALL_ACT_STATS for k in value) and not any(isinstance(v, Mapping) for v in value.values()):
-        cols = {str(k): v if type(v) is np.ndarray and v.dtype == np.float64 and v.ndim == 1
-                else _vector(f"activations[{k!r}]", v) for k, v in value.items()}
-        lens = {len(c) for c in cols.values()}
-        if len(lens) != 1:
-            raise ValueError(f"activations vectors must have one value per layer, got lengths {sorted(lens)}")
-        n = lens.pop()
-        names = known if known is not None and len(known) == n else tuple(f"layer{i}" for i in range(n))
-        mat = np.empty((2, n))
-        for r, key in enumerate(ACT_STATS):
-            mat[r] = cols.get(key, np.nan)
-        if n and not (mat.min() >= 0.0 and mat.max() <= 1.0):  # a non-finite value, or one out of range
-            bad = np.isfinite(mat) & ((mat < 0.0) | (mat > 1.0))
-            if bad.any():
-                r = int(np.nonzero(bad.any(axis=1))[0][0])
-                raise ValueError(f"activations[{ACT_STATS[r]!r}] must hold fractions in [0, 1]")
+    elif value and _STAT_SET.issuperset(value) and not any(
+            type(v) is not np.ndarray and isinstance(v, Mapping) for v in value.values()):
+        sample = _stat_columns(value, known)
+        names = sample.names
     else:
         names = tuple(str(k) for k in value)
         mat = np.full((2, len(names)), np.nan)
@@ -234,7 +283,7 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
                     mat[r, j] = _fraction(f"activations[{names[j]!r}][{key!r}]", stats[key])
     if known is not None and names is not known and names != known:
         raise ValueError(f"activations layers changed: expected {list(known)}, got {list(names)}")
-    return value if type(value) is LayerStats else LayerStats(names, mat)
+    return sample if sample is not None else value if type(value) is LayerStats else LayerStats(names, mat)
 
 
 @dataclass
@@ -341,8 +390,7 @@ def _layer_matrix(name: str, value: Any, known: tuple[str, ...] | None) -> tuple
             raise TypeError(f"{name} must be a 2-D array of real numbers") from exc
         if mat.ndim != 2:
             raise ValueError(f"{name} must be 2-D (steps, layers), got shape {mat.shape}")
-        keys = known if known is not None and len(known) == mat.shape[1] else tuple(
-            f"layer{i}" for i in range(mat.shape[1]))
+        keys = known if known is not None and len(known) == mat.shape[1] else positional_names(mat.shape[1])
     if known is not None and keys != known:
         raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
     if SIGNALS[name].nonneg and mat.size and np.nanmin(mat) < 0:

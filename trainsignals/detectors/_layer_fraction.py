@@ -70,7 +70,7 @@ class LayerFraction(Detector):
         self._n, self._last_step = int(state["n"]), int(state["last_step"])
         self._quiet_until = int(state["quiet_until"])
         self._names = tuple(state["names"]) if state["names"] is not None else None
-        self._base = np.asarray(state["base"], dtype=np.float64)
+        self._base = np.array(state["base"], dtype=np.float64)
         self._run = np.asarray(state["run"], dtype=np.int64)
         self._fired = np.asarray(state["fired"], dtype=bool)
         self._calm = np.asarray(state["calm"], dtype=np.int64)
@@ -95,10 +95,13 @@ class LayerFraction(Detector):
         self._n += 1
         if not len(x):
             return None
-        lo = float(x.min())
-        if x.max() < self.threshold and lo - lo == 0.0:  # every layer measured and below (most samples)
-            self._base = self.alpha * x + (1 - self.alpha) * self._base
-            np.copyto(self._calm, step, where=x <= self._base + self.margin)
+        lows, highs = sample.ranges()  # computed once per sample, shared with the checks and the other rules
+        lo = lows[self._stat]
+        if highs[self._stat] < self.threshold and lo - lo == 0.0:  # every layer measured and below (most samples)
+            base = self._base  # this rule's own vector: updated in place
+            np.multiply(base, 1 - self.alpha, out=base)
+            np.add(base, np.multiply(x, self.alpha), out=base)
+            np.copyto(self._calm, step, where=np.less_equal(x, np.add(base, self.margin)))
             if not self._clear:
                 self._run.fill(0)
                 self._fired.fill(False)

@@ -82,6 +82,7 @@ class LayerLevels(Detector):
         self._w = np.array([[float(fast)], [float(slow)]])            # the weights of the new value
         self._keep = np.array([[1.0 - float(fast)], [1.0 - float(slow)]])  # ... and of the old level
         self._recipe = (self._floor, float(fast), float(slow))  # levels with these weights: shared by rules
+        self._keep_full = self._keep  # ``_keep`` repeated for each layer (set on the first levels)
         self._reset()
 
     def _reset(self) -> None:
@@ -123,8 +124,13 @@ class LayerLevels(Detector):
                 self._fs, lo, top = got[1]
                 self._n += 1
                 return self._check(step, lo, top)
-            new = self._w * u + self._keep * fs
-            lo, top = float(new[0].min()), float(new.max())  # a non-finite value makes one of them non-finite
+            keep = self._keep_full
+            if keep.shape != fs.shape:  # the old levels' weights, one per level (a broadcast is slower)
+                keep = self._keep_full = np.broadcast_to(self._keep, fs.shape).copy()
+            new = np.multiply(keep, fs)
+            new += self._w * u
+            f = new[0]  # argmin and argmax find a nan first: a non-finite value makes lo or top non-finite
+            lo, top = f.item(f.argmin()), new.item(new.argmax())
             if lo - lo == 0.0 and top - top == 0.0:
                 new.flags.writeable = False  # shared: levels are replaced, never changed in place
                 values.shared[self._recipe] = (fs, (new, lo, top))
