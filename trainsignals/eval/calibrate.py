@@ -15,11 +15,13 @@ detection is what the held-out suite then measures.
 
 * The budget, :data:`BUDGET_PER_10K`, is the issue's ceiling: at most one alarm per 20,000
   healthy steps per rule (0.5 per 10,000).
-* The tuning runs are the synthetic suite's and the committed real suite's healthy runs. The
-  held-out suite (``datasets/real_heldout``) is never used: :func:`tuning_curves` refuses it.
-* :func:`leave_one_family_out` repeats the calibration with one family of the real suite left
-  out of the tuning runs, and scores the Monitor built from those values on that family: the
-  figure for a model family no value was chosen on.
+* The tuning runs are the healthy runs of :data:`TUNING_SUITES`: the synthetic suite, the
+  committed real suite and the development suite (``datasets/real_dev``: other model families,
+  optimizers and schedules than ``datasets/real``'s). The held-out suite
+  (``datasets/real_heldout``) is never used: :func:`tuning_curves` refuses it.
+* :func:`leave_one_family_out` repeats the calibration with one family of a real-run tuning
+  suite (``real`` or ``dev``) left out of the tuning runs, and scores the Monitor built from
+  those values on that family: the figure for a model family no value was chosen on.
 
 The values found are written to ``trainsignals/calibration.json`` (``python -m
 trainsignals.eval.calibrate --write``); the default suite reads them from there, and each event
@@ -60,7 +62,7 @@ CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "calibration.json"
 #: Severities that count as an alarm (``info`` events never do).
 _ALARMS = ("warning", "critical")
 #: Suites a value may be chosen on; ``real_heldout`` is reported only.
-TUNING_SUITES = ("synthetic", "real")
+TUNING_SUITES = ("synthetic", "real", "real_dev")
 
 
 @dataclass(frozen=True)
@@ -319,9 +321,10 @@ def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER
                          progress: Callable[[str], None] | None = None) -> Any:
     """Calibrate without one family of ``suite`` at a time and score the Monitor on that family.
 
-    The tuning runs are the synthetic suite's healthy runs plus ``suite``'s healthy runs of
-    the other families; the Monitor built from the values found is scored on every run (healthy
-    and faulty) of the family left out. Returns a :class:`trainsignals.eval.bench.BenchResult`
+    The tuning runs are the healthy runs of every other tuning suite (:data:`TUNING_SUITES`:
+    the synthetic suite and the other real-run suite) plus ``suite``'s healthy runs of the other
+    families, as the shipped values are chosen less that family; the Monitor built from the
+    values found is scored on every run (healthy and faulty) of the family left out. Returns a :class:`trainsignals.eval.bench.BenchResult`
     with two detectors: ``"left-out family"`` (each family scored by the values calibrated
     without it) and ``"in-sample"`` (the default Monitor as shipped, whose defaults were chosen
     on these runs), so ``family_table()`` shows both per family.
@@ -333,11 +336,12 @@ def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER
     if _is_heldout(suite):
         raise ValueError(f"suite: {suite!r} is the held-out suite; leave-one-family-out runs on a tuning suite")
     curves = _load_suite(suite)
-    synthetic = [c for c in _load_suite("synthetic") if c.kind == "healthy"]
+    own = _suite_name(suite)
+    others = [c for s in TUNING_SUITES if s != own for c in _load_suite(s) if c.kind == "healthy"]
     results: list[Any] = []
     steps, seconds = 0, 0.0
     for fam in sorted({c.difficulty for c in curves}):
-        tune = synthetic + [c for c in curves if c.kind == "healthy" and c.difficulty != fam]
+        tune = others + [c for c in curves if c.kind == "healthy" and c.difficulty != fam]
         settings = settings_of(calibrate(tune, budget_per_10k=budget_per_10k))
         if progress is not None:
             progress(f"without {fam}: {settings}")
@@ -353,6 +357,13 @@ def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER
     inside = score(Monitor, curves, name="in-sample")
     return BenchResult(suite=suite, n_curves=len(curves), scores={"left-out family": out, "in-sample": inside},
                        main="left-out family")
+
+
+def _suite_name(suite: str) -> str:
+    """The folder name of ``suite`` (an alias or a path): ``"dev"`` and ``datasets/real_dev`` are ``"real_dev"``."""
+    from .bench import SUITE_ALIASES
+
+    return SUITE_ALIASES.get(suite, Path(suite).name)
 
 
 def _is_heldout(suite: str) -> bool:
