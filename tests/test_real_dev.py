@@ -31,7 +31,7 @@ from trainsignals.curves.families import (
     plan_heldout,
 )
 from trainsignals.curves.labels import check_label
-from trainsignals.curves.real_runs import FAMILIES, build, default_directory, run
+from trainsignals.curves.real_runs import FAMILIES, build, default_directory, run, train_with_info
 from trainsignals.curves.training import FAULT_KINDS
 
 
@@ -106,6 +106,16 @@ def test_softmax_regression_and_a_wide_mlp_train_healthy(torch: Any, dataset: st
     assert c.loss[-20:].mean() < 0.7 * c.loss[:20].mean()
     again = run(s)["curve"]
     assert np.array_equal(again.loss, c.loss) and np.array_equal(again.grad_norm, c.grad_norm)
+
+
+def test_a_softmax_regression_has_no_activation_layer_and_its_twin_records_none(torch: Any) -> None:
+    arch = {"dataset": "iris", "widths": [], "activation": "relu", "label_smoothing": 0.0}
+    s = short("stall", "linear", 120, 60, arch=arch, optimizer="sgdm", lr=0.05, batch_size=16,
+              fault={"lr_mult": 1e-5, "ramp": 0})
+    c, info = train_with_info(s)
+    assert c.act_layer_names == () and c.dead_frac.shape == (0, 0)
+    assert info["twin"]["dead_frac"].shape == (0, 0) and len(info["twin"]["loss"]) == 60
+    assert np.isfinite(c.loss).all()
 
 
 def test_dev_plan_is_deterministic_and_covers_every_kind_with_its_families() -> None:

@@ -1,4 +1,4 @@
-"""The held-out real-run families and their counterfactual-twin labels (issue 16).
+"""The held-out and the development real-run families, and their counterfactual-twin labels.
 
 Every detector threshold of trainsignals was chosen while looking at ``datasets/real``; this
 module builds runs of *other* model families, with other optimizers, schedules and fault
@@ -42,6 +42,38 @@ on top of :func:`trainsignals.curves.labels.label_run`'s rule check, that the fa
 differs from its twin's beyond noise (:func:`twin_check`). A run whose fault made no difference
 is relabelled ``healthy`` when the healthy check passes on it (its name then ends in
 ``-nofault-<kind>``), and dropped otherwise; the manifest records the twin figures per run.
+
+**Development families** (:data:`DEV_FAMILIES`, :func:`plan_dev`, ``datasets/real_dev``): more
+*tuning* data, of families that are neither those of ``datasets/real`` nor held-out ones, trained
+by the same machinery (:class:`HeldoutData`, :func:`build_model`, :func:`build_optimizer`,
+:func:`inject_weights`, :func:`corrupt`, the twin check) from their own seeded draws
+(:func:`draw_dev_spec`), so the held-out plan is left as it was:
+
+* ``resnet`` — a small residual CNN on the 8x8 digits: a stride-2 3x3 stem (to 4x4) of 8 or 12
+  channels, 2 or 3 residual blocks (3 or 4 in the vanishing-gradient runs; conv, norm, ReLU,
+  conv, norm, skip, ReLU; BatchNorm, or GroupNorm of 2 or 4 groups in a third of the draws),
+  global average pooling and a linear head;
+* ``vit`` — a patch transformer classifier of the digits: 2x2 or 4x4 patches, 1 or 2
+  pre-LayerNorm blocks (bidirectional self-attention, a GELU FFN, or ReLU in half of the
+  dead-unit runs), mean pooling or a CLS token, a final LayerNorm and a linear head;
+* ``linear`` — softmax regression, or a 1-hidden-layer MLP 256..1024 wide, on the digits or on
+  scikit-learn's bundled iris, a quarter of the digit runs with label smoothing 0.05 or 0.1.
+
+Optimizers: the held-out ones plus Adagrad, NAdam and Adamax (:data:`DEV_OPTIMIZERS`); schedules
+the held-out ones plus ``late_step`` (x0.1 for the last 15 % of the run); batches of 8 to 128 (the
+residual net and the transformer 8..32, 8..16 at 12 channels or with 2x2 patches: the portable
+CPU kernels' cost grows with them); 300 to 3000 steps (the CNN and the transformer at most 700,
+validated on 256 images). The edge-of-stability sweep (oscillation) runs in the linear family
+and the transformer. Healthy hard cases: small batches at 1.5x the learning rate, a shrunken init (an
+initial plateau the adaptive optimizers escape), near-zero training loss of the wide MLPs,
+warm restarts, late drops. Faults as above, with these variants: vanishing gradients by scaling
+the two norm gains of 2..4 consecutive residual branches by x1e-5..x1e-3 (a branch regrows its
+gains within tens of steps, so a shallower cut shows no vanishing); dead units through the
+norm before a ReLU of the residual net (its shift), the transformer's FFN or the MLP's hidden
+layer; gradient explosions by the head's weights or the first norm's gain (the residual net's
+stem norm, the transformer's final LayerNorm), in the linear family by a layer or the inputs;
+loss spikes by random labels (a normalised net undoes an input scaling), in the linear family
+also by scaled inputs; overfitting on 16..48 digits.
 """
 
 from __future__ import annotations
@@ -279,7 +311,7 @@ _DEV = DEV_FAMILIES
 DEV_FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
     "divergence": _DEV,
     "stall": _DEV,
-    "oscillation": ("linear", "resnet"),
+    "oscillation": ("linear", "vit"),
     "loss_spike": _DEV,
     "grad_explosion": _DEV,
     "vanishing_gradient": ("resnet",),
@@ -309,6 +341,8 @@ _DLR: dict[tuple[str, str], tuple[float, float]] = {
     ("linear", "rmsprop"): (3e-4, 3e-3), ("linear", "adagrad"): (1e-2, 1e-1), ("linear", "adamax"): (2e-3, 2e-2),
 }
 _DEV_GROUP = {**_OPT_GROUP, "nadam": "adam", "adagrad": "adagrad", "adamax": "adamax"}
+#: Validation images of the residual net and the transformer (the rest of the 25 % split is unused).
+_DEV_VAL = 256
 #: The ``late_step`` schedule's drop: x0.1 from this fraction of the run on.
 _LATE_DROP = 0.85
 
@@ -330,8 +364,8 @@ def draw_dev_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
     long_run = rng.random() < 0.15
     steps = int(round(log_uniform(rng, _MID_STEPS, _MAX_STEPS) if long_run
                       else log_uniform(rng, _MIN_STEPS, _MID_STEPS)))
-    if family in ("resnet", "vit"):     # 5..30 ms a step on the pinned kernels: shorter runs
-        steps = min(steps, int(round(log_uniform(rng, 400, 1000))))
+    if family in ("resnet", "vit"):     # 5..20 ms a step on the pinned kernels: shorter runs
+        steps = min(steps, int(round(log_uniform(rng, _MIN_STEPS, 700))))
     optimizer = pick(rng, DEV_OPTIMIZERS, (1, 1, 1, 2, 2, 1, 1, 1, 1))
     group = _DEV_GROUP[optimizer]
     lr = log_uniform(rng, *_DLR[(family, group)])
@@ -351,12 +385,12 @@ def draw_dev_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
     arch: dict[str, Any]
     if family == "resnet":
         norm = pick(rng, ("batch", "group"), (2, 1))
-        arch = {"channels": int(pick(rng, (8, 12, 16))), "norm": norm,
-                "blocks": int(rng.integers(3, 5)) if kind == "vanishing_gradient" else int(rng.integers(2, 5))}
+        arch = {"channels": int(pick(rng, (8, 12))), "norm": norm,
+                "blocks": int(rng.integers(3, 5)) if kind == "vanishing_gradient" else int(rng.integers(2, 4))}
         if norm == "group":
             arch["groups"] = int(pick(rng, (2, 4)))
     elif family == "vit":
-        arch = {"patch": int(pick(rng, (2, 4))), "d_model": 32, "heads": int(pick(rng, (2, 4))),
+        arch = {"patch": int(pick(rng, (2, 4), (1, 3))), "d_model": 32, "heads": int(pick(rng, (2, 4))),
                 "blocks": int(pick(rng, (1, 2))), "pool": pick(rng, ("mean", "cls")),
                 "ffn_act": "relu" if kind == "dead_units" and rng.random() < 0.5 else "gelu"}
         if small_init:
@@ -370,8 +404,8 @@ def draw_dev_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
         if small_init and hidden:
             arch["init_scale"] = float(log_uniform(rng, 0.05, 0.3))
     if family in ("resnet", "vit"):     # the portable kernels' cost grows with batch x channels (x tokens)
-        wide = arch.get("channels") == 16 if family == "resnet" else arch["patch"] == 2
-        batch_size = min(batch_size, (32 if family == "resnet" else 16) if wide else 64)
+        wide = arch.get("channels") == 12 if family == "resnet" else arch["patch"] == 2
+        batch_size = min(batch_size, 16 if wide else 32)
     augment = (0.0, float(pick(rng, (0.0, 0.05, 0.1)))) if family in ("resnet", "vit") else (0.0, 0.0)
     val_every = int(pick(rng, (25, 50), (1, 1)))
     per_layer = pick(rng, ("module", "parameter"), (3, 2))
@@ -540,6 +574,8 @@ class HeldoutData:
         perm = rng.permutation(len(X))
         n_train = int(0.75 * len(X))
         tr, va = perm[:n_train], perm[n_train:]
+        if spec.family in ("resnet", "vit"):       # their forward pass is the costly one: 256 validation images
+            va = va[:_DEV_VAL]
         mean, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
         sd[sd == 0] = 1.0
         Xs = ((X - mean) / sd).astype(np.float32)
@@ -995,7 +1031,7 @@ def _run_twin(ctx: _Ctx) -> dict[str, Any]:
         "layer_grad_norms": lgn.reshape(len(rows), len(watcher.layer_names)),
         "val_steps": np.array([spec.onset + r[0] for r in rows if "val_loss" in r[1]], dtype=np.int64),
         "val_loss": np.array([r[1]["val_loss"] for r in rows if "val_loss" in r[1]]),
-        "dead_frac": np.array([a[0][0] for a in acts]).reshape(len(acts), -1),
+        "dead_frac": np.array([a[0][0] for a in acts]).reshape(len(acts), -1) if acts else np.zeros((0, 0)),
     }
 
 
