@@ -1400,13 +1400,16 @@ def _read_file(path: Path) -> dict[str, Curve]:
                     out[k] = nulls[off[i]:off[i + 1]].copy()
             return out
 
-        def two(k: str, i: int = i) -> np.ndarray:
+        def two(k: str, length: int, i: int = i) -> np.ndarray:
             outer, inner, values = nested[k]
             a, b = outer[i], outer[i + 1]
             rows = [values[inner[j]:inner[j + 1]] for j in range(a, b)]
+            if not rows:        # no layer (a softmax regression has no activation layer)
+                return np.zeros((length, 0))
             return np.stack(rows, axis=1).astype(np.float64)
 
         n = int(cols["total_steps"][i])
+        act_steps = one("act_steps", np.int64)
         out[name] = Curve(
             name=name,
             kind=cols["kind"][i],
@@ -1422,11 +1425,11 @@ def _read_file(path: Path) -> dict[str, Curve]:
             val_steps=one("val_steps", np.int64),
             val_loss=one("val_loss"),
             layer_names=tuple(cols["layer_names"][i]),
-            layer_grad_norms=two("layer_grad_norms"),
-            act_steps=one("act_steps", np.int64),
+            layer_grad_norms=two("layer_grad_norms", n),
+            act_steps=act_steps,
             act_layer_names=tuple(cols["act_layer_names"][i]),
-            dead_frac=two("dead_frac"),
-            saturation=two("saturation"),
+            dead_frac=two("dead_frac", len(act_steps)),
+            saturation=two("saturation", len(act_steps)),
             first_nonfinite_step=int(cols["first_nonfinite_step"][i]),
             gaps=gaps(),
         )

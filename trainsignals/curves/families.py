@@ -1,4 +1,4 @@
-"""The held-out real-run families and their counterfactual-twin labels (issue 16).
+"""The held-out and the development real-run families, and their counterfactual-twin labels.
 
 Every detector threshold of trainsignals was chosen while looking at ``datasets/real``; this
 module builds runs of *other* model families, with other optimizers, schedules and fault
@@ -42,6 +42,38 @@ on top of :func:`trainsignals.curves.labels.label_run`'s rule check, that the fa
 differs from its twin's beyond noise (:func:`twin_check`). A run whose fault made no difference
 is relabelled ``healthy`` when the healthy check passes on it (its name then ends in
 ``-nofault-<kind>``), and dropped otherwise; the manifest records the twin figures per run.
+
+**Development families** (:data:`DEV_FAMILIES`, :func:`plan_dev`, ``datasets/real_dev``): more
+*tuning* data, of families that are neither those of ``datasets/real`` nor held-out ones, trained
+by the same machinery (:class:`HeldoutData`, :func:`build_model`, :func:`build_optimizer`,
+:func:`inject_weights`, :func:`corrupt`, the twin check) from their own seeded draws
+(:func:`draw_dev_spec`), so the held-out plan is left as it was:
+
+* ``resnet`` — a small residual CNN on the 8x8 digits: a stride-2 3x3 stem (to 4x4) of 8 or 12
+  channels, 2 or 3 residual blocks (3 or 4 in the vanishing-gradient runs; conv, norm, ReLU,
+  conv, norm, skip, ReLU; BatchNorm, or GroupNorm of 2 or 4 groups in a third of the draws),
+  global average pooling and a linear head;
+* ``vit`` — a patch transformer classifier of the digits: 2x2 or 4x4 patches, 1 or 2
+  pre-LayerNorm blocks (bidirectional self-attention, a GELU FFN, or ReLU in half of the
+  dead-unit runs), mean pooling or a CLS token, a final LayerNorm and a linear head;
+* ``linear`` — softmax regression, or a 1-hidden-layer MLP 256..1024 wide, on the digits or on
+  scikit-learn's bundled iris, a quarter of the digit runs with label smoothing 0.05 or 0.1.
+
+Optimizers: the held-out ones plus Adagrad, NAdam and Adamax (:data:`DEV_OPTIMIZERS`); schedules
+the held-out ones plus ``late_step`` (x0.1 for the last 15 % of the run); batches of 8 to 128 (the
+residual net and the transformer 8..32, 8..16 at 12 channels or with 2x2 patches: the portable
+CPU kernels' cost grows with them); 300 to 3000 steps (the CNN and the transformer at most 700,
+validated on 256 images). The edge-of-stability sweep (oscillation) runs in the linear family
+and the transformer. Healthy hard cases: small batches at 1.5x the learning rate, a shrunken init (an
+initial plateau the adaptive optimizers escape), near-zero training loss of the wide MLPs,
+warm restarts, late drops. Faults as above, with these variants: vanishing gradients by scaling
+the two norm gains of 2..4 consecutive residual branches by x1e-5..x1e-3 (a branch regrows its
+gains within tens of steps, so a shallower cut shows no vanishing); dead units through the
+norm before a ReLU of the residual net (its shift), the transformer's FFN or the MLP's hidden
+layer; gradient explosions by the head's weights or the first norm's gain (the residual net's
+stem norm, the transformer's final LayerNorm), in the linear family by a layer or the inputs;
+loss spikes by random labels (a normalised net undoes an input scaling), in the linear family
+also by scaled inputs; overfitting on 16..48 digits.
 """
 
 from __future__ import annotations
@@ -78,7 +110,8 @@ from trainsignals.curves.training import (
 )
 from trainsignals.kinds import default_window
 
-__all__ = ["HELDOUT_FAMILIES", "HELDOUT_FAULT_FAMILIES", "draw_spec", "label_with_twin", "plan_heldout",
+__all__ = ["DEV_FAMILIES", "DEV_FAULT_FAMILIES", "DEV_OPTIMIZERS", "DEV_OVERSAMPLE", "HELDOUT_FAMILIES",
+           "HELDOUT_FAULT_FAMILIES", "draw_dev_spec", "draw_spec", "label_with_twin", "plan_dev", "plan_heldout",
            "train", "twin_check"]
 
 HELDOUT_FAMILIES: tuple[str, ...] = ("rnnlm", "tflm", "deepmlp", "tabular", "mse")
@@ -241,8 +274,10 @@ def draw_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
 def _n_dead_targets(family: str, arch: Mapping[str, Any]) -> int:
     if family == "rnnlm":
         return 1
-    if family == "tflm":
+    if family in ("tflm", "vit"):
         return int(arch["blocks"])
+    if family == "resnet":
+        return 1 + int(arch["blocks"])
     if family == "deepmlp":
         return int(arch["depth"])
     return len(arch["widths"])
@@ -265,10 +300,205 @@ def plan_heldout(seed: int = 1000, per_kind: int = 7, n_healthy: int = 40) -> li
     return out
 
 
+# ------------------------------------------------------------------------------------ the development plan
+
+
+DEV_FAMILIES: tuple[str, ...] = ("resnet", "vit", "linear")
+"""The development suite's model families (``datasets/real_dev``): tuning data that is neither a
+family of ``datasets/real`` nor a held-out one."""
+
+_DEV = DEV_FAMILIES
+DEV_FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "divergence": _DEV,
+    "stall": _DEV,
+    "oscillation": ("linear", "vit"),
+    "loss_spike": _DEV,
+    "grad_explosion": _DEV,
+    "vanishing_gradient": ("resnet",),
+    "dead_units": _DEV,
+    "silent_collapse": _DEV,
+    "overfitting": _DEV,
+}
+"""Which development families each fault is injected into: vanishing gradients need depth (the
+residual net's branches scaled down), dead units a ReLU/GELU layer (every family draws one for
+them)."""
+
+DEV_OPTIMIZERS: tuple[str, ...] = ("sgd", "sgdm", "nesterov", "adam", "adamw", "rmsprop", "adagrad", "nadam",
+                                   "adamax")
+"""The development families' optimizers: the held-out set plus Adagrad, NAdam and Adamax (used in
+no other suite)."""
+
+#: Development kinds planned more often (their injections pass their checks less often: in the
+#: first build of 87 runs 1 of 8 oscillations, 1 of 5 gradient explosions, 1 of 8 silent collapses,
+#: 2 of 5 vanishing gradients and 3 of 5 dead-unit runs were kept).
+DEV_OVERSAMPLE: dict[str, float] = {"oscillation": 2.0, "grad_explosion": 2.0, "silent_collapse": 2.0,
+                                    "vanishing_gradient": 1.6, "dead_units": 1.6}
+
+#: Healthy peak learning rates per (development family, optimizer group).
+_DLR: dict[tuple[str, str], tuple[float, float]] = {
+    ("resnet", "sgd"): (0.03, 0.2), ("resnet", "sgdm"): (5e-3, 3e-2), ("resnet", "adam"): (1e-3, 5e-3),
+    ("resnet", "rmsprop"): (3e-4, 2e-3), ("resnet", "adagrad"): (1e-2, 5e-2), ("resnet", "adamax"): (2e-3, 1e-2),
+    ("vit", "sgd"): (0.03, 0.2), ("vit", "sgdm"): (3e-3, 1.5e-2), ("vit", "adam"): (5e-4, 3e-3),
+    ("vit", "rmsprop"): (5e-4, 2e-3), ("vit", "adagrad"): (5e-3, 3e-2), ("vit", "adamax"): (1e-3, 6e-3),
+    ("linear", "sgd"): (0.03, 0.3), ("linear", "sgdm"): (3e-3, 3e-2), ("linear", "adam"): (1e-3, 1e-2),
+    ("linear", "rmsprop"): (3e-4, 3e-3), ("linear", "adagrad"): (1e-2, 1e-1), ("linear", "adamax"): (2e-3, 2e-2),
+}
+_DEV_GROUP = {**_OPT_GROUP, "nadam": "adam", "adagrad": "adagrad", "adamax": "adamax"}
+#: Validation images of the residual net and the transformer (the rest of the 25 % split is unused).
+_DEV_VAL = 256
+#: The ``late_step`` schedule's drop: x0.1 from this fraction of the run on.
+_LATE_DROP = 0.85
+
+
+def draw_dev_spec(kind: str, family: str, seed: int, index: int) -> RunSpec:
+    """Draw one development run's configuration from ``(seed, kind, family, index)``.
+
+    Drawn as :func:`draw_spec` draws a held-out run (from its own seeded streams), with the
+    optimizers of :data:`DEV_OPTIMIZERS` and a ``late_step`` schedule besides the held-out ones.
+
+    Raises:
+        ValueError: ``family`` is not one of :data:`DEV_FAMILIES`.
+    """
+    if family not in DEV_FAMILIES:
+        raise ValueError(f"family must be one of {DEV_FAMILIES}, got {family!r}")
+    rng = seeded_rng(seed, "dev", kind, family, index)
+    frng = seeded_rng(seed, "dev", kind, family, index, "fault")
+    run_seed = int(rng.integers(0, 2**31 - 1))
+    long_run = rng.random() < 0.15
+    steps = int(round(log_uniform(rng, _MID_STEPS, _MAX_STEPS) if long_run
+                      else log_uniform(rng, _MIN_STEPS, _MID_STEPS)))
+    if family in ("resnet", "vit"):     # 5..20 ms a step on the pinned kernels: shorter runs
+        steps = min(steps, int(round(log_uniform(rng, _MIN_STEPS, 700))))
+    optimizer = pick(rng, DEV_OPTIMIZERS, (1, 1, 1, 2, 2, 1, 1, 1, 1))
+    group = _DEV_GROUP[optimizer]
+    lr = log_uniform(rng, *_DLR[(family, group)])
+    weight_decay = log_uniform(rng, 1e-4, 3e-2) if optimizer == "adamw" else (
+        0.0 if rng.random() < 0.6 else log_uniform(rng, 1e-5, 3e-4))
+    schedule = pick(rng, ("constant", "cosine", "warmup_cosine", "step", "cosine_restarts", "late_step"),
+                    (2, 2, 3, 2, 2, 1))
+    if family == "vit" and schedule == "constant":
+        schedule = "warmup_cosine"
+    warmup = int(rng.uniform(0.02, 0.1) * steps) if schedule.startswith("warmup") else 0
+    batch_size = int(pick(rng, (8, 16, 32, 64, 128), (1, 2, 3, 2, 1)))
+    if batch_size == 8 and kind == HEALTHY and rng.random() < 0.5:
+        lr *= 1.5        # a hard healthy case: small batches at a high learning rate
+    # a hard healthy case: an initial plateau (escaped in the run's length by the adaptive optimizers)
+    small_init = kind == HEALTHY and rng.random() < 0.2 and group in ("adam", "rmsprop", "adamax")
+    act = pick(rng, ("relu", "gelu", "tanh"), (3, 2, 1))
+    arch: dict[str, Any]
+    if family == "resnet":
+        norm = pick(rng, ("batch", "group"), (2, 1))
+        arch = {"channels": int(pick(rng, (8, 12))), "norm": norm,
+                "blocks": int(rng.integers(3, 5)) if kind == "vanishing_gradient" else int(rng.integers(2, 4))}
+        if norm == "group":
+            arch["groups"] = int(pick(rng, (2, 4)))
+    elif family == "vit":
+        arch = {"patch": int(pick(rng, (2, 4), (1, 3))), "d_model": 32, "heads": int(pick(rng, (2, 4))),
+                "blocks": int(pick(rng, (1, 2))), "pool": pick(rng, ("mean", "cls")),
+                "ffn_act": "relu" if kind == "dead_units" and rng.random() < 0.5 else "gelu"}
+        if small_init:
+            arch["init_scale"] = float(log_uniform(rng, 0.05, 0.3))
+    else:
+        dataset = "digits" if kind == "overfitting" else pick(rng, ("digits", "iris"), (3, 2))
+        hidden = kind == "dead_units" or rng.random() < 0.6
+        arch = {"dataset": dataset, "widths": [int(pick(rng, (256, 512, 1024)))] if hidden else [],
+                "activation": pick(rng, ("relu", "gelu")) if kind == "dead_units" else act,
+                "label_smoothing": float(pick(rng, (0.05, 0.1))) if rng.random() < 0.25 and dataset == "digits" else 0.0}
+        if small_init and hidden:
+            arch["init_scale"] = float(log_uniform(rng, 0.05, 0.3))
+    if family in ("resnet", "vit"):     # the portable kernels' cost grows with batch x channels (x tokens)
+        wide = arch.get("channels") == 12 if family == "resnet" else arch["patch"] == 2
+        batch_size = min(batch_size, 16 if wide else 32)
+    augment = (0.0, float(pick(rng, (0.0, 0.05, 0.1)))) if family in ("resnet", "vit") else (0.0, 0.0)
+    val_every = int(pick(rng, (25, 50), (1, 1)))
+    per_layer = pick(rng, ("module", "parameter"), (3, 2))
+    clip = float(pick(rng, (1.0, 2.0, 5.0))) if rng.random() < 0.3 else 0.0
+    onset = int(frng.uniform(0.3, 0.7) * steps) if kind != HEALTHY else -1
+    fault: dict[str, Any] = {}
+    adaptive = group in ("adam", "rmsprop", "adagrad", "adamax")
+    if kind == "divergence":
+        lo, hi = (30.0, 1000.0) if adaptive else (20.0, 300.0)
+        fault = {"lr_mult": log_uniform(frng, lo, hi), "ramp": int(pick(frng, (0, 0, 10, 30, 60)))}
+    elif kind == "stall":
+        if frng.random() < 0.35:
+            fault = {"freeze": True}
+        else:
+            fault = {"lr_mult": log_uniform(frng, 1e-6, 1e-3), "ramp": int(pick(frng, (0, 0, 5, 30)))}
+        if schedule in ("constant", "step", "cosine_restarts", "late_step"):
+            schedule, warmup = "warmup_cosine", int(0.03 * steps)
+        steps = max(steps, 700)
+        onset = int(frng.uniform(0.2, 0.45) * steps)
+    elif kind == "oscillation":
+        fault = {"lr_mult": "edge", "start": 2.0 if adaptive else 1.5, "factor": 1.4, "tries": 10}
+        schedule, warmup = "constant", 0
+    elif kind == "loss_spike":
+        onset = int(frng.uniform(0.45, 0.8) * steps)
+        # a normalised net (batch/group/layer norm) undoes an input scaling: random labels there
+        mode = pick(frng, ("labels", "inputs")) if family == "linear" else "labels"
+        fault = {"n_bad": int(pick(frng, (1, 1, 2, 3))), "mode": mode, "scale": log_uniform(frng, 3.0, 20.0)}
+    elif kind == "grad_explosion":
+        if family == "linear":
+            fault = {"mode": pick(frng, ("weights", "inputs")), "target": int(frng.integers(0, len(arch["widths"]) + 1)),
+                     "scale": log_uniform(frng, 5.0, 100.0)}
+        else:       # the head, or the gain of the first norm (the residual stream's / the final LayerNorm's)
+            target = pick(frng, ("head", "stem_norm" if family == "resnet" else "ln_f"))
+            fault = {"mode": "weights", "target": target, "scale": log_uniform(frng, 5.0, 100.0)}
+    elif kind == "vanishing_gradient":
+        blocks = int(arch["blocks"])
+        k = int(frng.integers(2, blocks + 1))
+        start = int(frng.integers(0, blocks - k + 1))
+        # a normalised residual branch regrows its gains within tens of steps: only a deep cut shows
+        fault = {"mode": "gain", "blocks": list(range(start, start + k)), "scale": log_uniform(frng, 1e-5, 1e-3)}
+    elif kind == "dead_units":
+        frac = float(frng.uniform(0.6, 0.9)) if frng.random() < 0.25 else float(frng.uniform(0.9, 1.0))
+        fault = {"layer": int(frng.integers(0, _n_dead_targets(family, arch))), "fraction": frac,
+                 "bias": -log_uniform(frng, 10.0, 100.0)}
+    elif kind == "silent_collapse":
+        onset = int(frng.uniform(0.25, 0.7) * steps)
+        fault = {"ramp": int(pick(frng, (1, 20, 60, 200)))}
+        if schedule.startswith("warmup"):
+            warmup = min(warmup, onset - 1)
+    elif kind == "overfitting":
+        steps = max(steps, 900)
+        onset = int(frng.uniform(0.2, 0.4) * steps)
+        fault = {"n_examples": int(pick(frng, (16, 24, 32, 48)))}
+        augment = (0.0, 0.0)
+        val_every = 25
+    return RunSpec(
+        name=f"{kind}-{family}-{index}", kind=kind, family=family, seed=run_seed, steps=steps,
+        optimizer=optimizer, lr=lr, weight_decay=weight_decay, schedule=schedule, warmup=warmup,
+        batch_size=batch_size, arch=arch, augment=augment, val_every=val_every,
+        val_at_zero=bool(rng.random() < 0.3), per_layer=per_layer, clip=clip, onset=onset, fault=fault,
+    )
+
+
+def plan_dev(seed: int = 2000, per_kind: int = 5, n_healthy: int = 36) -> list[RunSpec]:
+    """The development runs: ``per_kind`` runs per fault kind (times :data:`DEV_OVERSAMPLE`),
+    families rotating within a kind (:data:`DEV_FAULT_FAMILIES`), then ``n_healthy`` healthy runs
+    over every family.
+
+    Raises:
+        ValueError: ``per_kind`` or ``n_healthy`` is negative.
+    """
+    for name, v in (("per_kind", per_kind), ("n_healthy", n_healthy)):
+        if v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v!r}")
+    out = []
+    plan = [(k, int(round(per_kind * DEV_OVERSAMPLE.get(k, 1.0)))) for k in FAULT_KINDS] + [(HEALTHY, n_healthy)]
+    for kind, count in plan:
+        fams = DEV_FAULT_FAMILIES.get(kind, DEV_FAMILIES)
+        for i in range(count):
+            out.append(draw_dev_spec(kind, fams[i % len(fams)], int(seed), i))
+    return out
+
+
 def lr_factor(spec: Any, t: int) -> float:
     """The schedule's multiplier at step ``t``: :func:`~trainsignals.curves.training.schedule_factor`
-    plus ``cosine_restarts`` (cosine cycles of a quarter of the run, each restarting at the peak).
+    plus ``cosine_restarts`` (cosine cycles of a quarter of the run, each restarting at the peak)
+    and ``late_step`` (constant, then x0.1 for the last 15 % of the run: a late drop of the loss).
     """
+    if spec.schedule == "late_step":
+        return 1.0 if t < int(_LATE_DROP * spec.steps) else 0.1
     if spec.schedule == "cosine_restarts":
         period = max(spec.steps // 4, 1)
         s = (t % period) / period
@@ -290,6 +520,8 @@ def _tabular(name: str) -> tuple[np.ndarray, np.ndarray]:
             X, y = datasets.load_wine(return_X_y=True)
         elif name == "breast_cancer":
             X, y = datasets.load_breast_cancer(return_X_y=True)
+        elif name == "iris":
+            X, y = datasets.load_iris(return_X_y=True)
         elif name == "synthetic":
             X, y = datasets.make_classification(n_samples=2000, n_features=20, n_informative=10, n_redundant=4,
                                                 n_classes=4, n_clusters_per_class=2, flip_y=0.03, random_state=0)
@@ -334,7 +566,8 @@ class HeldoutData:
             self.x_val, self.y_val = self._windows(torch.tensor(val_pos))
             self.majority = int(np.bincount(ids[:split]).argmax())
             return
-        if spec.family in ("deepmlp",) or (self.regression and spec.arch["task"] == "autoencoder"):
+        if spec.family in ("deepmlp", "resnet", "vit") or (self.regression and spec.arch["task"] == "autoencoder") \
+                or (spec.family == "linear" and spec.arch["dataset"] == "digits"):
             X, y = digits()
             X = np.asarray(X, dtype=np.float64)
         elif self.regression:
@@ -344,6 +577,8 @@ class HeldoutData:
         perm = rng.permutation(len(X))
         n_train = int(0.75 * len(X))
         tr, va = perm[:n_train], perm[n_train:]
+        if spec.family in ("resnet", "vit"):       # their forward pass is the costly one: 256 validation images
+            va = va[:_DEV_VAL]
         mean, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
         sd[sd == 0] = 1.0
         Xs = ((X - mean) / sd).astype(np.float32)
@@ -409,6 +644,10 @@ def build_model(spec: Any, data: HeldoutData, torch: Any) -> Any:
         return _RNNLM(data.n_classes, a, nn)
     if spec.family == "tflm":
         return _TFLM(data.n_classes, a, nn, torch)
+    if spec.family == "resnet":
+        return _ResNet(data.n_classes, a, nn)
+    if spec.family == "vit":
+        return _init_scaled(_ViT(data.n_classes, a, nn, torch), a, torch)
     from collections import OrderedDict
 
     layers: OrderedDict[str, Any] = OrderedDict()
@@ -438,6 +677,21 @@ def build_model(spec: Any, data: HeldoutData, torch: Any) -> Any:
                 for m in model.modules():
                     if isinstance(m, nn.Linear):
                         m.weight.mul_(scale)
+    if spec.family == "linear":
+        return _init_scaled(model, a, torch)
+    return model
+
+
+def _init_scaled(model: Any, a: Mapping[str, Any], torch: Any) -> Any:
+    """``model`` with its linear weights times ``a["init_scale"]`` (when given): a small init, an
+    initial plateau the run escapes.
+    """
+    scale = float(a.get("init_scale", 1.0))
+    if scale != 1.0:
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.mul_(scale)
     return model
 
 
@@ -457,9 +711,10 @@ def _rnn_classes(nn: Any) -> tuple[type, type]:
             return self.head(self.relu(self.proj(h)))
 
     class Block(nn.Module):  # type: ignore[misc,name-defined]
-        def __init__(self, d: int, heads: int, act: str) -> None:
+        def __init__(self, d: int, heads: int, act: str, causal: bool = True) -> None:
             super().__init__()
             self.heads = heads
+            self.causal = causal
             self.ln1 = nn.LayerNorm(d)
             self.qkv = nn.Linear(d, 3 * d)
             self.attn_out = nn.Linear(d, d)
@@ -476,8 +731,10 @@ def _rnn_classes(nn: Any) -> tuple[type, type]:
             hd = d // self.heads
             q, k, v = (z.reshape(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-            att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+            if self.causal:
+                mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+                att = att.masked_fill(mask, float("-inf"))
+            att = att.softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(b, t, d)
             x = x + self.attn_out(y)
             return x + self.ffn_out(self.act(self.ffn_in(self.ln2(x))))
@@ -511,6 +768,76 @@ def _TFLM(vocab: int, a: Mapping[str, Any], nn: Any, torch: Any) -> Any:
     return TFLM()
 
 
+def _ResNet(n_classes: int, a: Mapping[str, Any], nn: Any) -> Any:
+    c = int(a["channels"])
+
+    def norm() -> Any:
+        return nn.BatchNorm2d(c) if a["norm"] == "batch" else nn.GroupNorm(int(a["groups"]), c)
+
+    class ResBlock(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.norm1 = norm()
+            self.relu1 = nn.ReLU()
+            self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.norm2 = norm()
+            self.relu2 = nn.ReLU()
+
+        def forward(self, x: Any) -> Any:
+            h = self.relu1(self.norm1(self.conv1(x)))
+            return self.relu2(x + self.norm2(self.conv2(h)))
+
+    class ResNet(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Conv2d(1, c, 3, stride=2, padding=1, bias=False)     # 8x8 -> 4x4
+            self.stem_norm = norm()
+            self.stem_relu = nn.ReLU()
+            self.blocks = nn.ModuleList([ResBlock() for _ in range(int(a["blocks"]))])
+            self.head = nn.Linear(c, n_classes)
+
+        def forward(self, x: Any) -> Any:
+            h = self.stem_relu(self.stem_norm(self.stem(x.reshape(-1, 1, 8, 8))))
+            for blk in self.blocks:
+                h = blk(h)
+            return self.head(h.mean(dim=(2, 3)))      # global average pooling
+
+    return ResNet()
+
+
+def _ViT(n_classes: int, a: Mapping[str, Any], nn: Any, torch: Any) -> Any:
+    Block = _rnn_classes(nn)[1]
+    p, d = int(a["patch"]), int(a["d_model"])
+    g = 8 // p
+    cls = a["pool"] == "cls"
+
+    class ViT(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Linear(p * p, d)
+            self.cls = nn.Embedding(1, d) if cls else None
+            self.pos = nn.Embedding(g * g + int(cls), d)
+            self.blocks = nn.ModuleList([Block(d, int(a["heads"]), a["ffn_act"], causal=False)
+                                         for _ in range(int(a["blocks"]))])
+            self.ln_f = nn.LayerNorm(d)
+            self.head = nn.Linear(d, n_classes)
+
+        def forward(self, x: Any) -> Any:
+            b = x.shape[0]
+            patches = x.reshape(b, g, p, g, p).permute(0, 1, 3, 2, 4).reshape(b, g * g, p * p)
+            h = self.embed(patches)
+            if self.cls is not None:
+                h = torch.cat([self.cls.weight[None].expand(b, -1, -1), h], dim=1)
+            h = h + self.pos.weight[None]
+            for blk in self.blocks:
+                h = blk(h)
+            h = self.ln_f(h)
+            return self.head(h[:, 0] if self.cls is not None else h.mean(dim=1))
+
+    return ViT()
+
+
 def _linears(model: Any, torch: Any) -> list[Any]:
     return [m for m in model if isinstance(m, torch.nn.Linear)]
 
@@ -524,6 +851,12 @@ def build_optimizer(spec: Any, model: Any, torch: Any) -> Any:
         return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
     if o == "rmsprop":
         return torch.optim.RMSprop(params, lr=spec.lr, alpha=0.99, weight_decay=spec.weight_decay)
+    if o == "adagrad":
+        return torch.optim.Adagrad(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    if o == "nadam":
+        return torch.optim.NAdam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    if o == "adamax":
+        return torch.optim.Adamax(params, lr=spec.lr, weight_decay=spec.weight_decay)
     momentum = 0.9 if o in ("sgdm", "nesterov") else 0.0
     return torch.optim.SGD(params, lr=spec.lr, momentum=momentum, nesterov=o == "nesterov",
                            weight_decay=spec.weight_decay)
@@ -535,6 +868,9 @@ def loss_of(spec: Any, out: Any, y: Any, torch: Any) -> Any:
         return F.mse_loss(out, y)
     if spec.family in ("rnnlm", "tflm"):
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    smoothing = float(spec.arch.get("label_smoothing", 0.0))
+    if smoothing > 0:
+        return F.cross_entropy(out, y, label_smoothing=smoothing)
     return F.cross_entropy(out, y)
 
 
@@ -546,10 +882,14 @@ def inject_weights(spec: Any, model: Any, torch: Any) -> None:
     f, k = spec.fault, spec.kind
     with torch.no_grad():
         if k == "grad_explosion" and f["mode"] == "weights":
-            if spec.family in ("rnnlm", "tflm"):
+            if spec.family in ("rnnlm", "tflm", "resnet", "vit"):
                 getattr(model, f["target"]).weight.mul_(f["scale"])
             else:
                 _linears(model, torch)[int(f["target"])].weight.mul_(f["scale"])
+        elif k == "vanishing_gradient" and f["mode"] == "gain":   # a residual branch's norm gains, scaled down
+            for i in f["blocks"]:
+                model.blocks[int(i)].norm1.weight.mul_(f["scale"])
+                model.blocks[int(i)].norm2.weight.mul_(f["scale"])
         elif k == "vanishing_gradient":
             layers = _linears(model, torch)
             for i in f["layers"]:
@@ -560,8 +900,11 @@ def inject_weights(spec: Any, model: Any, torch: Any) -> None:
         elif k == "dead_units":
             if spec.family == "rnnlm":
                 layer = model.proj
-            elif spec.family == "tflm":
+            elif spec.family in ("tflm", "vit"):
                 layer = model.blocks[int(f["layer"])].ffn_in
+            elif spec.family == "resnet":     # the norm before a ReLU: its shift pushes the units below 0
+                i = int(f["layer"])
+                layer = model.stem_norm if i == 0 else model.blocks[i - 1].norm1
             else:
                 layer = _linears(model, torch)[int(f["layer"])]
             n = layer.bias.shape[0]
@@ -691,7 +1034,7 @@ def _run_twin(ctx: _Ctx) -> dict[str, Any]:
         "layer_grad_norms": lgn.reshape(len(rows), len(watcher.layer_names)),
         "val_steps": np.array([spec.onset + r[0] for r in rows if "val_loss" in r[1]], dtype=np.int64),
         "val_loss": np.array([r[1]["val_loss"] for r in rows if "val_loss" in r[1]]),
-        "dead_frac": np.array([a[0][0] for a in acts]).reshape(len(acts), -1),
+        "dead_frac": np.array([a[0][0] for a in acts]).reshape(len(acts), -1) if acts else np.zeros((0, 0)),
     }
 
 

@@ -104,10 +104,18 @@ autoencoders and regressions) into ``datasets/real_heldout``, each faulty run's 
 checked against a counterfactual twin continued from the onset without the fault; no detector
 threshold is ever chosen on that suite.
 
+**Development suite**: ``build --dev`` trains the families of
+:data:`~trainsignals.curves.families.DEV_FAMILIES` (a residual CNN with batch or group norm, a
+small patch transformer and softmax regressions / wide one-hidden-layer MLPs, on the digits and
+iris, with Adagrad, NAdam and Adamax besides the held-out optimizers) into ``datasets/real_dev``,
+labels checked against counterfactual twins as in the held-out suite. It is *tuning* data: more
+kinds of run to choose thresholds on, none of them a held-out family.
+
 Command::
 
     python -m trainsignals.curves.real_runs build --seed 0 [--out DIR] [--jobs 2]
     python -m trainsignals.curves.real_runs build --heldout --seed 1000 --jobs 2 --out datasets/real_heldout
+    python -m trainsignals.curves.real_runs build --dev --seed 2000 --jobs 2 --out datasets/real_dev
 
 What the families share (:class:`~trainsignals.curves.training.RunSpec`, the seeded draws, the
 corpus and the digits, the learning-rate factors, the recorder, the assembly of a curve) is in
@@ -136,7 +144,7 @@ from typing import Any
 import numpy as np
 
 from trainsignals.curves import HEALTHY, Curve, families, write_suite
-from trainsignals.curves.families import HELDOUT_FAMILIES
+from trainsignals.curves.families import DEV_FAMILIES, HELDOUT_FAMILIES
 from trainsignals.curves.labels import (
     CheckResult,
     check_label,
@@ -169,6 +177,7 @@ CPU_KERNELS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "CO
 __all__ = [
     "FAMILIES",
     "FAULT_FAMILIES",
+    "DEV_FAMILIES",
     "HELDOUT_FAMILIES",
     "FAULT_KINDS",
     "CheckResult",
@@ -205,11 +214,17 @@ FORMAT_NOTE = "trainsignals real runs: difficulty = model family"
 _MIN_STEPS, _MAX_STEPS = 600, 2000
 
 
-def default_directory(heldout: bool = False) -> Path:
+def default_directory(heldout: bool = False, *, dev: bool = False) -> Path:
     """Where the committed real-run suite lives: ``<repository>/datasets/real``
-    (``datasets/real_heldout`` for the held-out suite).
+    (``datasets/real_heldout`` for the held-out suite, ``datasets/real_dev`` for the development one).
+
+    Raises:
+        ValueError: both ``heldout`` and ``dev``.
     """
-    return Path(__file__).resolve().parents[2] / "datasets" / ("real_heldout" if heldout else "real")
+    if heldout and dev:
+        raise ValueError("heldout and dev: a suite is one or the other")
+    name = "real_heldout" if heldout else ("real_dev" if dev else "real")
+    return Path(__file__).resolve().parents[2] / "datasets" / name
 
 
 # ------------------------------------------------------------------------------------ the plan
@@ -582,7 +597,7 @@ def train_with_info(spec: RunSpec) -> tuple[Curve, dict[str, Any]]:
 
 
 def _train(spec: RunSpec, torch: Any) -> tuple[Curve, dict[str, Any]]:
-    if spec.family in HELDOUT_FAMILIES:
+    if spec.family in HELDOUT_FAMILIES or spec.family in DEV_FAMILIES:
         return families.train(spec, torch)
     torch.manual_seed(spec.seed)
     data = _Data(spec, torch)
@@ -705,7 +720,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
     t0 = time.perf_counter()
     raw, info = train_with_info(spec)
     twin = info.pop("twin", None)
-    if spec.family in HELDOUT_FAMILIES:
+    if spec.family in HELDOUT_FAMILIES or spec.family in DEV_FAMILIES:
         curve, decided, made, twin_fig = families.label_with_twin(raw, twin)
     else:
         curve, decided, made = label_run(raw)
@@ -783,7 +798,7 @@ def _map(specs: Sequence[RunSpec], jobs: int, progress: Callable[[int, int, dict
 def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_kind: int | None = None,
           n_healthy: int | None = None, specs: Iterable[RunSpec] | None = None,
           progress: Callable[[int, int, dict[str, Any]], None] | None = None,
-          heldout: bool = False) -> dict[str, Any]:
+          heldout: bool = False, dev: bool = False) -> dict[str, Any]:
     """Train every run of the plan, check the labels and write the suite.
 
     Args:
@@ -797,19 +812,29 @@ def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_ki
         heldout: Plan the held-out suite instead (:func:`trainsignals.curves.families.plan_heldout`:
             the families of :data:`HELDOUT_FAMILIES`, labels checked against counterfactual
             twins); its default folder is ``datasets/real_heldout``.
+        dev: Plan the development suite instead (:func:`trainsignals.curves.families.plan_dev`:
+            the families of :data:`DEV_FAMILIES`, labels checked against twins, per kind 5 and
+            36 healthy by default); its default folder is ``datasets/real_dev``.
+
+    Raises:
+        ValueError: a bad ``jobs``, or both ``heldout`` and ``dev``.
 
     Returns:
         The manifest written.
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
-    out = default_directory(heldout) if out is None else Path(out)
-    per_kind = (7 if heldout else 16) if per_kind is None else per_kind
-    n_healthy = (40 if heldout else 128) if n_healthy is None else n_healthy
+    if heldout and dev:
+        raise ValueError("heldout and dev: a suite is one or the other")
+    out = default_directory(heldout, dev=dev) if out is None else Path(out)
+    per_kind = _default_per_kind(heldout, dev) if per_kind is None else per_kind
+    n_healthy = _default_healthy(heldout, dev) if n_healthy is None else n_healthy
     if specs is not None:
         plan = list(specs)
     elif heldout:
         plan = families.plan_heldout(seed, per_kind, n_healthy)
+    elif dev:
+        plan = families.plan_dev(seed, per_kind, n_healthy)
     else:
         plan = plan_suite(seed, per_kind, n_healthy)
     results = _map(plan, jobs, progress)
@@ -823,10 +848,14 @@ def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_ki
     manifest["generator"] = "trainsignals.curves.real_runs"
     manifest["note"] = FORMAT_NOTE
     manifest["command"] = f"python -m trainsignals.curves.real_runs build --seed {seed}" + (
-        f" --heldout --per-kind {per_kind} --healthy {n_healthy}" if heldout else "")
+        f" --heldout --per-kind {per_kind} --healthy {n_healthy}" if heldout else
+        f" --dev --per-kind {per_kind} --healthy {n_healthy}" if dev else "")
     if heldout:
         manifest["heldout"] = True
         manifest["note"] = FORMAT_NOTE + "; held-out: no detector threshold was ever chosen on these runs"
+    if dev:
+        manifest["dev"] = True
+        manifest["note"] = FORMAT_NOTE + "; development families: tuning data, no held-out family"
     manifest["plan"] = {"per_kind": per_kind, "n_healthy": n_healthy, "runs": len(plan)}
     manifest["versions"] = _versions()
     by_name = {r["curve"].name: r["entry"] for r in kept}
@@ -843,6 +872,14 @@ def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_ki
     ]
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def _default_per_kind(heldout: bool, dev: bool) -> int:
+    return 7 if heldout else (5 if dev else 16)
+
+
+def _default_healthy(heldout: bool, dev: bool) -> int:
+    return 40 if heldout else (36 if dev else 128)
 
 
 def _plan_index(plan: Sequence[RunSpec], name: str) -> int:
@@ -866,15 +903,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--seed", type=int, default=0, help="suite seed (default: 0)")
     b.add_argument("--jobs", type=int, default=2, help="worker processes (default: 2)")
     b.add_argument("--per-kind", type=int, default=None,
-                   help="runs planned per fault kind (default: 16; 7 with --heldout)")
-    b.add_argument("--healthy", type=int, default=None, help="healthy runs planned (default: 128; 40 with --heldout)")
-    b.add_argument("--heldout", action="store_true",
-                   help="build the held-out suite (families never tuned on; default folder datasets/real_heldout)")
+                   help="runs planned per fault kind (default: 16; 7 with --heldout, 5 with --dev)")
+    b.add_argument("--healthy", type=int, default=None,
+                   help="healthy runs planned (default: 128; 40 with --heldout, 36 with --dev)")
+    which = b.add_mutually_exclusive_group()
+    which.add_argument("--heldout", action="store_true",
+                       help="build the held-out suite (families never tuned on; default folder datasets/real_heldout)")
+    which.add_argument("--dev", action="store_true",
+                       help="build the development suite (tuning families beside datasets/real; "
+                            "default folder datasets/real_dev)")
     args = parser.parse_args(argv)
     if args.per_kind is None:
-        args.per_kind = 7 if args.heldout else 16
+        args.per_kind = _default_per_kind(args.heldout, args.dev)
     if args.healthy is None:
-        args.healthy = 40 if args.heldout else 128
+        args.healthy = _default_healthy(args.heldout, args.dev)
     t0 = time.perf_counter()
 
     def progress(done: int, total: int, result: dict[str, Any]) -> None:
@@ -885,8 +927,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{e['check']['reason']}", flush=True)
 
     manifest = build(args.out, args.seed, jobs=args.jobs, per_kind=args.per_kind, n_healthy=args.healthy,
-                     progress=progress, heldout=args.heldout)
-    out = args.out if args.out is not None else default_directory(args.heldout)
+                     progress=progress, heldout=args.heldout, dev=args.dev)
+    out = args.out if args.out is not None else default_directory(args.heldout, dev=args.dev)
     size = sum(p.stat().st_size for p in Path(out).iterdir() if p.is_file())
     print(f"wrote {len(manifest['curves'])} runs ({len(manifest['dropped'])} dropped) to {out} "
           f"({size / 1e6:.1f} MB) in {time.perf_counter() - t0:.0f} s")

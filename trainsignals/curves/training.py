@@ -63,16 +63,19 @@ class RunSpec:
     Attributes:
         name: ``"{kind}-{family}-{seed}"``.
         kind: The intended label: ``"healthy"`` or a fault kind.
-        family: One of :data:`trainsignals.curves.real_runs.FAMILIES` or
-            :data:`trainsignals.curves.families.HELDOUT_FAMILIES`.
+        family: One of :data:`trainsignals.curves.real_runs.FAMILIES`,
+            :data:`trainsignals.curves.families.HELDOUT_FAMILIES` or
+            :data:`trainsignals.curves.families.DEV_FAMILIES`.
         seed: Seed of the run (torch and the batch sampler).
         steps: Optimizer steps.
         optimizer: ``"sgd"``, ``"sgdm"`` (momentum 0.9) or ``"adamw"``; in the held-out
-            families also ``"nesterov"``, ``"adam"`` and ``"rmsprop"``.
+            families also ``"nesterov"``, ``"adam"`` and ``"rmsprop"``; in the development
+            families also ``"adagrad"``, ``"nadam"`` and ``"adamax"``.
         lr: Peak learning rate.
         weight_decay: Weight decay.
         schedule: ``"constant"``, ``"cosine"``, ``"warmup_cosine"``, ``"warmup_linear"`` or ``"step"``;
-            in the held-out families also ``"cosine_restarts"``.
+            in the held-out families also ``"cosine_restarts"``; in the development families also
+            ``"late_step"``.
         warmup: Warmup steps (linear from ``lr / warmup``).
         batch_size: Batch size.
         arch: Architecture settings of the family (widths, depth, activation...).

@@ -109,6 +109,9 @@ SUITE_TARGETS: dict[str, dict[str, float]] = {
     # no threshold may be chosen on this suite
     "heldout": {"detection_rate": 0.90, "healthy_alarm_rate": 0.03, "pre_onset_rate": 0.03},
     "real_heldout": {"detection_rate": 0.90, "healthy_alarm_rate": 0.03, "pre_onset_rate": 0.03},
+    # the development real runs (datasets/real_dev): tuning data, with the real suite's targets
+    "dev": {"detection_rate": 0.90, "healthy_alarm_rate": 0.03, "pre_onset_rate": 0.03},
+    "real_dev": {"detection_rate": 0.90, "healthy_alarm_rate": 0.03, "pre_onset_rate": 0.03},
 }
 
 def target_window(total_steps: int) -> int:
@@ -125,8 +128,9 @@ def target_window(total_steps: int) -> int:
     return max(50, int(0.10 * total_steps))
 
 
-#: Suite names that stand for another folder of ``datasets``: ``heldout`` is ``datasets/real_heldout``.
-SUITE_ALIASES: dict[str, str] = {"heldout": "real_heldout"}
+#: Suite names that stand for another folder of ``datasets``: ``heldout`` is ``datasets/real_heldout``,
+#: ``dev`` is ``datasets/real_dev``.
+SUITE_ALIASES: dict[str, str] = {"heldout": "real_heldout", "dev": "real_dev"}
 
 _KIND_ORDER = {k.value: i for i, k in enumerate(Kind)}
 
@@ -1061,7 +1065,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``bench`` options to ``parser`` (for mounting under the main CLI)."""
     parser.add_argument(
         "--suite", default="synthetic",
-        help="labeled suite to score: synthetic, real, heldout (datasets/real_heldout) or a folder (default: synthetic)"
+        help="labeled suite to score: synthetic, real, dev (datasets/real_dev), heldout (datasets/real_heldout) or a folder "
+             "(default: synthetic)"
     )
     parser.add_argument(
         "--by-family", action="store_true",

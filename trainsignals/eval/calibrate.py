@@ -21,11 +21,13 @@ alarms stay within ``budget_per_10k`` per 10,000 healthy steps (:data:`BUDGET_PE
 20,000) on *every* tuning family on its own. Summed over some 30 rules this budget is far above
 the run-level target; it is kept to compare.
 
-* The tuning runs are the synthetic suite's and the committed real suite's healthy runs. The
-  held-out suite (``datasets/real_heldout``) is never used: :func:`tuning_curves` refuses it.
-* :func:`leave_one_family_out` repeats the calibration with one family of the real suite left
-  out of the tuning runs, and scores the Monitor built from those values on that family: the
-  figure for a model family no value was chosen on.
+* The tuning runs are the healthy runs of :data:`TUNING_SUITES`: the synthetic suite, the
+  committed real suite and the development suite (``datasets/real_dev``: other model families,
+  optimizers and schedules than ``datasets/real``'s). The held-out suite
+  (``datasets/real_heldout``) is never used: :func:`tuning_curves` refuses it.
+* :func:`leave_one_family_out` repeats the calibration with one family of a real-run tuning
+  suite (``real`` or ``dev``) left out of the tuning runs, and scores the Monitor built from
+  those values on that family: the figure for a model family no value was chosen on.
 
 The values found are written to ``trainsignals/calibration.json`` (``python -m
 trainsignals.eval.calibrate --write``); the default suite reads them from there, and each event
@@ -81,7 +83,7 @@ CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "calibration.json"
 #: Severities that count as an alarm (``info`` events never do).
 _ALARMS = ("warning", "critical")
 #: Suites a value may be chosen on; ``real_heldout`` is reported only.
-TUNING_SUITES = ("synthetic", "real")
+TUNING_SUITES = ("synthetic", "real", "real_dev")
 
 
 @dataclass(frozen=True)
@@ -479,13 +481,14 @@ def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER
                          progress: Callable[[str], None] | None = None, method: str = "tail") -> Any:
     """Calibrate without one family of ``suite`` at a time and score the Monitor on that family.
 
-    The tuning runs are the synthetic suite's healthy runs plus ``suite``'s healthy runs of
-    the other families; the Monitor built from the values found is scored on every run (healthy
-    and faulty) of the family left out. Returns a :class:`trainsignals.eval.bench.BenchResult`
+    The tuning runs are the healthy runs of every other tuning suite (:data:`TUNING_SUITES`:
+    the synthetic suite and the other real-run suite) plus ``suite``'s healthy runs of the other
+    families, as the shipped values are chosen less that family; the Monitor built from the
+    values found is scored on every run (healthy and faulty) of the family left out. Returns a :class:`trainsignals.eval.bench.BenchResult`
     with two detectors: ``"left-out family"`` (each family scored by the values calibrated
     without it) and ``"in-sample"`` (the default Monitor as shipped, whose defaults were chosen
     on these runs), so ``family_table()`` shows both per family. ``method`` is how the values
-    are found: ``"tail"`` (:func:`tail_calibrate`, what the package ships) or ``"budget"``
+    are found: ``"tail"`` (:func:`tail_calibrate`) or ``"budget"``
     (:func:`calibrate`'s bisection to the per-step budget).
 
     Raises:
@@ -500,11 +503,12 @@ def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER
     if method not in ("tail", "budget"):
         raise ValueError(f"method must be 'tail' or 'budget', got {method!r}")
     curves = _load_suite(suite)
-    synthetic = [c for c in _load_suite("synthetic") if c.kind == "healthy"]
+    own = _suite_name(suite)
+    others = [c for s in TUNING_SUITES if s != own for c in _load_suite(s) if c.kind == "healthy"]
     results: list[Any] = []
     steps, seconds = 0, 0.0
     for fam in sorted({c.difficulty for c in curves}):
-        tune = synthetic + [c for c in curves if c.kind == "healthy" and c.difficulty != fam]
+        tune = others + [c for c in curves if c.kind == "healthy" and c.difficulty != fam]
         rows = tail_calibrate(tune) if method == "tail" else calibrate(tune, budget_per_10k=budget_per_10k)
         settings = settings_of(rows)
         if progress is not None:
@@ -521,6 +525,13 @@ def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER
     inside = score(Monitor, curves, name="in-sample")
     return BenchResult(suite=suite, n_curves=len(curves), scores={"left-out family": out, "in-sample": inside},
                        main="left-out family")
+
+
+def _suite_name(suite: str) -> str:
+    """The folder name of ``suite`` (an alias or a path): ``"dev"`` and ``datasets/real_dev`` are ``"real_dev"``."""
+    from .bench import SUITE_ALIASES
+
+    return SUITE_ALIASES.get(suite, Path(suite).name)
 
 
 def _is_heldout(suite: str) -> bool:
