@@ -157,3 +157,12 @@ def test_tail_calibration_splits_the_run_budget_among_the_rules(healthy):
 def test_leave_one_family_out_names_an_unknown_method():
     with pytest.raises(ValueError, match="method"):
         cal.leave_one_family_out("real", method="guess")
+
+
+def test_runs_relabelled_healthy_after_an_injected_fault_are_not_calibrated_on(healthy):
+    import dataclasses
+
+    relabelled = dataclasses.replace(healthy[0], name="healthy-vit-3-nofault-oscillation")
+    kept = cal.healthy_runs([relabelled, *healthy[1:]])
+    assert [c.name for c in kept] == [c.name for c in healthy[1:]]
+    assert relabelled not in kept

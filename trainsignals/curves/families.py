@@ -111,8 +111,23 @@ from trainsignals.curves.training import (
 from trainsignals.kinds import default_window
 
 __all__ = ["DEV_FAMILIES", "DEV_FAULT_FAMILIES", "DEV_OPTIMIZERS", "DEV_OVERSAMPLE", "HELDOUT_FAMILIES",
-           "HELDOUT_FAULT_FAMILIES", "draw_dev_spec", "draw_spec", "label_with_twin", "plan_dev", "plan_heldout",
+           "HELDOUT_FAULT_FAMILIES", "NOFAULT", "injected", "draw_dev_spec", "draw_spec", "label_with_twin", "plan_dev", "plan_heldout",
            "train", "twin_check"]
+
+NOFAULT = "-nofault-"
+"""What the name of a run relabelled healthy holds (``healthy-<family>-<n>-nofault-<kind>``):
+a fault was injected and made no visible difference to its twin."""
+
+
+def injected(name: str) -> bool:
+    """Whether run ``name`` had a fault injected that made no visible difference (a ``-nofault-`` run).
+
+    Example:
+        >>> injected("healthy-vit-3-nofault-oscillation"), injected("healthy-vit-4")
+        (True, False)
+    """
+    return NOFAULT in name
+
 
 HELDOUT_FAMILIES: tuple[str, ...] = ("rnnlm", "tflm", "deepmlp", "tabular", "mse")
 """The held-out suite's model families (never in the committed ``datasets/real``): no detector
@@ -1203,5 +1218,5 @@ def label_with_twin(raw: Any, twin: Mapping[str, Any] | None) -> tuple[Any, Any,
         return None, res, made, tc
     healthy = relabel(raw, HEALTHY, -1)
     d = {f: getattr(healthy, f) for f in healthy.__dataclass_fields__}
-    d["name"] = f"healthy-{raw.difficulty}-{raw.name.rsplit('-', 1)[-1]}-nofault-{raw.kind}"
+    d["name"] = f"healthy-{raw.difficulty}-{raw.name.rsplit('-', 1)[-1]}{NOFAULT}{raw.kind}"
     return type(healthy)(**d), res, made, tc

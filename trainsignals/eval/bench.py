@@ -277,7 +277,9 @@ class CurveResult:
         (:mod:`trainsignals.curves.families`): the fault's cause (a cut learning rate, a frozen
         optimizer) is in its signals even where its loss does not show it.
         """
-        return self.healthy and "-nofault-" in self.name
+        from trainsignals.curves.families import injected
+
+        return self.healthy and injected(self.name)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (alarms as ``[step, kind, onset]`` triples)."""

@@ -56,6 +56,7 @@ __all__ = [
     "calibrate_entry",
     "critical_values",
     "healthy_alarms",
+    "healthy_runs",
     "leave_one_family_out",
     "measure",
     "tail_calibrate",
@@ -125,8 +126,21 @@ class Calibrated:
         return 1e4 * self.alarms / self.steps if self.steps else 0.0
 
 
+def healthy_runs(curves: Iterable[Any]) -> list[Any]:
+    """The runs of ``curves`` that calibration may learn healthy behaviour from.
+
+    A healthy-labelled run whose injected fault made no visible difference to its twin (a
+    ``-nofault-`` run, :func:`trainsignals.curves.families.injected`) is left out: the twin
+    shows that the fault changed nothing, not that the run behaved as a healthy one does (an
+    injected learning-rate rise that its twin matched by blowing up too).
+    """
+    from trainsignals.curves.families import injected
+
+    return [c for c in curves if c.kind == "healthy" and not injected(c.name)]
+
+
 def tuning_curves(suites: Sequence[str] = TUNING_SUITES) -> list[Any]:
-    """The healthy runs of the tuning suites (the held-out suite is refused).
+    """The healthy runs of the tuning suites (the held-out suite is refused), as :func:`healthy_runs`.
 
     Raises:
         ValueError: a held-out suite among ``suites``.
@@ -138,7 +152,7 @@ def tuning_curves(suites: Sequence[str] = TUNING_SUITES) -> list[Any]:
         if SUITE_ALIASES.get(s, s) not in TUNING_SUITES and Path(s).name not in TUNING_SUITES:
             raise ValueError(f"suites: {s!r} is not a tuning suite ({TUNING_SUITES}); the held-out runs are "
                              "scored only, never calibrated on")
-        out.extend(c for c in _load_suite(s) if c.kind == "healthy")
+        out.extend(healthy_runs(_load_suite(s)))
     return out
 
 
@@ -272,7 +286,7 @@ def calibrate(curves: Sequence[Any] | None = None, names: Sequence[str] | None =
     """
     from trainsignals.suite import SUITE_NAMES, default_suite
 
-    healthy = tuning_curves() if curves is None else [c for c in curves if c.kind == "healthy"]
+    healthy = tuning_curves() if curves is None else healthy_runs(curves)
     suite = default_suite(calibrated=False)
     todo = [n for n in (SUITE_NAMES if names is None else names) if getattr(suite[n], "knob", None) is not None]
     rows = [calibrate_entry(n, healthy, budget_per_10k) for n in todo]
@@ -288,7 +302,7 @@ def measure(curves: Sequence[Any] | None = None, names: Sequence[str] | None = N
     """
     from trainsignals.suite import SUITE_NAMES, default_suite
 
-    healthy = tuning_curves() if curves is None else [c for c in curves if c.kind == "healthy"]
+    healthy = tuning_curves() if curves is None else healthy_runs(curves)
     suite = default_suite(calibrated=False)
     rows = []
     for n in (SUITE_NAMES if names is None else names):
@@ -448,7 +462,7 @@ def tail_calibrate(curves: Sequence[Any] | None = None, names: Sequence[str] | N
     """
     from trainsignals.suite import SUITE_NAMES, default_suite
 
-    healthy = tuning_curves() if curves is None else [c for c in curves if c.kind == "healthy"]
+    healthy = tuning_curves() if curves is None else healthy_runs(curves)
     suite = default_suite(calibrated=False)
     knobbed = [n for n in SUITE_NAMES if getattr(suite[n], "knob", None) is not None]
     rules = max(1, sum(1 for n in knobbed if _inputs_of(n, healthy)))
@@ -504,11 +518,11 @@ def leave_one_family_out(suite: str = "real", budget_per_10k: float = BUDGET_PER
         raise ValueError(f"method must be 'tail' or 'budget', got {method!r}")
     curves = _load_suite(suite)
     own = _suite_name(suite)
-    others = [c for s in TUNING_SUITES if s != own for c in _load_suite(s) if c.kind == "healthy"]
+    others = [c for s in TUNING_SUITES if s != own for c in healthy_runs(_load_suite(s))]
     results: list[Any] = []
     steps, seconds = 0, 0.0
     for fam in sorted({c.difficulty for c in curves}):
-        tune = others + [c for c in curves if c.kind == "healthy" and c.difficulty != fam]
+        tune = others + [c for c in healthy_runs(curves) if c.difficulty != fam]
         rows = tail_calibrate(tune) if method == "tail" else calibrate(tune, budget_per_10k=budget_per_10k)
         settings = settings_of(rows)
         if progress is not None:
