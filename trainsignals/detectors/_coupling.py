@@ -39,6 +39,7 @@ class CouplingLevels(Detector):
     """
 
     inputs = (Input("loss"), Input("grad_norm"))
+    logs = ("loss", "grad_norm")
     _state_keys = ("n", "u", "g", "us", "gs", "ss", "armed", "cooldown_until", "last_step")
 
     def _setup(self, lag: int, alpha: float, orders: float, cooldown: int, span: int) -> None:
@@ -72,8 +73,10 @@ class CouplingLevels(Detector):
         self._gs = deque(state["gs"], maxlen=m)
         self._ss = deque(state["ss"], maxlen=m)
 
-    def _levels(self, loss: float, grad: float, step: int) -> bool:
-        """Take one step's values into the levels; ``True`` when the rule may fire at this step."""
+    def _levels(self, loss: float, grad: float, step: int, log_loss: float | None, log_g: float | None) -> bool:
+        """Take one step's values (and their logs, when taken) into the levels; ``True`` when the rule may
+        fire at this step.
+        """
         self._last_step = step
         if loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0:
             return False
@@ -83,8 +86,8 @@ class CouplingLevels(Detector):
             u = math.log(loss) if loss else min(self._us)
             g = math.log(grad) if grad else min(self._gs)
         else:
-            u = log(loss)  # each signal's log once a step, whatever reads it
-            g = log(grad)
+            u = log(loss) if log_loss is None else log_loss
+            g = log(grad) if log_g is None else log_g
         if self._n:
             u = self._a * u + self._b * self._u
             g = self._a * g + self._b * self._g
@@ -127,7 +130,8 @@ class CouplingLevels(Detector):
         """Batch twin of the rule: where it fires, for levels ``uu``, ``gg`` after ``uext``, ``gext``."""
         raise NotImplementedError
 
-    def _step(self, loss: float, grad: float, step: int) -> Event | None:
+    def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
+              log_g: float | None = None) -> Event | None:
         raise NotImplementedError
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:

@@ -119,6 +119,7 @@ class PlateauRule(Detector):
         self.cooldown = cooldown
         self.signal = signal
         self.inputs = (Input(signal), *self._extra_inputs())
+        self.logs = (signal,)
         self._b = 1.0 - LEVEL_ALPHA
         self._dscale = delta_mult * math.sqrt(LEVEL_ALPHA / (2.0 - LEVEL_ALPHA))
         self._stride = max(1, patience // CHECKPOINTS)

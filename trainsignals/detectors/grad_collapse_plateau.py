@@ -68,12 +68,12 @@ class GradCollapsePlateau(GradPlateauRule):
         self.stuck_decades = stuck_decades
         super().__init__(patience, hold, delta_mult, cooldown, signal)
 
-    def _step(self, x: float, grad: float, step: int) -> Event | None:
+    def _step(self, x: float, grad: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
         self._grad(grad)
-        if not self._level(log(x)):
+        if not self._level(log(x) if log_x is None else log_x):
             return None
         best, delta = self._checkpoint(step)
         self._ghist.append(self._g)

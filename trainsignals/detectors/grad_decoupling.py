@@ -60,8 +60,9 @@ class GradLossDecoupling(CouplingLevels):
         self._ltol = math.log(loss_tolerance)
         self._setup(lag, alpha, orders, cooldown, lag)
 
-    def _step(self, loss: float, grad: float, step: int) -> Event | None:
-        if not self._levels(loss, grad, step):
+    def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
+              log_g: float | None = None) -> Event | None:
+        if not self._levels(loss, grad, step, log_loss, log_g):
             return None
         dg = self._g - self._gs[0]
         if abs(dg) < self._gap:
