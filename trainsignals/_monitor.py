@@ -419,8 +419,9 @@ class Monitor:
             ValueError: a negative grad norm, learning rate or update ratio, a ``pred_top_share``
                 outside [0, 1]; a decreasing step.
         """
-        s = self._step + 1 if step is None else to_step(step)
-        if s < self._step:
+        if step is None:
+            s = self._step + 1
+        elif (s := to_step(step)) < self._step:
             raise ValueError(f"step must not decrease: got {s} after {self._step}")
         if events is not None:
             events = list(events)

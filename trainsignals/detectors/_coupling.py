@@ -78,22 +78,20 @@ class CouplingLevels(Detector):
         fire at this step.
         """
         self._last_step = step
-        if loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0:
-            return False
-        if loss == 0.0 or grad == 0.0:  # underflowed: at least as low as the lowest level held
-            if not self._us:
-                return False
-            u = math.log(loss) if loss else min(self._us)
-            g = math.log(grad) if grad else min(self._gs)
-        else:
+        if loss > 0.0 and grad > 0.0 and loss - loss == 0.0 and grad - grad == 0.0:
             u = log(loss) if log_loss is None else log_loss
             g = log(grad) if log_g is None else log_g
-        if self._n:
-            u = self._a * u + self._b * self._u
-            g = self._a * g + self._b * self._g
-        self._u = u
-        self._g = g
-        self._n += 1
+        elif loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0 or not self._us:
+            return False
+        else:  # underflowed: at least as low as the lowest level held
+            u = math.log(loss) if loss else min(self._us)
+            g = math.log(grad) if grad else min(self._gs)
+        n = self._n
+        if n:
+            a, b = self._a, self._b
+            u = a * u + b * self._u
+            g = a * g + b * self._g
+        self._u, self._g, self._n = u, g, n + 1
         gs = self._gs
         self._us.append(u)
         gs.append(g)
