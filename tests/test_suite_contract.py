@@ -160,6 +160,10 @@ def test_the_monitor_hands_a_detector_the_logs_it_declares():
     alone.update(loss=2.0, grad_norm=0.5)
     alone.scan(loss=[1.5])
     assert [e[2:] for e in alone.seen] == [(None, None), (None, None)]
+    odd = Logged()
+    odd.logs = ("lr",)
+    with pytest.raises(ValueError, match="declares the log of 'lr'"):
+        ts.Monitor(suite={"odd": odd})
 
 
 def test_a_user_detector_resumes_from_state_dict_and_pickle():

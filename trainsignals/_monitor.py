@@ -127,6 +127,10 @@ def _check_detector(name: str, det: Any) -> None:
     for inp in ins:
         if inp.name not in SIGNALS:
             raise ValueError(f"suite[{name!r}] reads {inp.name!r}, not a signal; signals are {list(SIGNALS)}")
+    scalars = [i.name for i in ins if SIGNALS[i.name].form == "scalar"]
+    for lg in det.logs:
+        if lg not in scalars:
+            raise ValueError(f"suite[{name!r}] declares the log of {lg!r}, not one of its scalar inputs {scalars}")
 
 
 class Monitor:
