@@ -35,7 +35,8 @@ class CouplingLevels(Detector):
     rule's short span (``span`` values; for a rule without one, the ``lag``), so one collapse is
     one event; and for ``cooldown`` steps in any case. A loss
     or grad norm of exactly 0 counts as the lowest smoothed level held for that signal;
-    negative and non-finite values are skipped.
+    negative and non-finite values are skipped. A rule implements :meth:`_rule` (the decision at
+    a step where it may fire) and, for the batch path, ``_hits``.
     """
 
     inputs = (Input("loss"), Input("grad_norm"))
@@ -73,16 +74,17 @@ class CouplingLevels(Detector):
         self._gs = deque(state["gs"], maxlen=m)
         self._ss = deque(state["ss"], maxlen=m)
 
-    def _levels(self, loss: float, grad: float, step: int, log_loss: float | None, log_g: float | None) -> bool:
-        """Take one step's values (and their logs, when taken) into the levels; ``True`` when the rule may
-        fire at this step.
+    def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
+              log_g: float | None = None) -> Event | None:
+        """Take one step's values (and their logs, when taken) into the levels; then, where the rule may
+        fire at this step (armed, past the cooldown, the grad level moved), :meth:`_rule` decides.
         """
         self._last_step = step
         if loss > 0.0 and grad > 0.0 and loss - loss == 0.0 and grad - grad == 0.0:
             u = log(loss) if log_loss is None else log_loss
             g = log(grad) if log_g is None else log_g
         elif loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0 or not self._us:
-            return False
+            return None
         else:  # underflowed: at least as low as the lowest level held
             u = math.log(loss) if loss else min(self._us)
             g = math.log(grad) if grad else min(self._gs)
@@ -97,12 +99,12 @@ class CouplingLevels(Detector):
         gs.append(g)
         self._ss.append(step)
         if len(gs) <= self._span:
-            return False
+            return None
         gap = self._gap
         if -gap < g - gs[0] < gap and g - gs[-self._span - 1] > -gap:  # the grad level holds: re-arm
             self._armed = True
-            return False
-        return self._armed and step > self._cooldown_until
+            return None
+        return self._rule(step) if self._armed and step > self._cooldown_until else None
 
     def _fired(self, step: int) -> None:
         self._armed = False
@@ -128,8 +130,8 @@ class CouplingLevels(Detector):
         """Batch twin of the rule: where it fires, for levels ``uu``, ``gg`` after ``uext``, ``gext``."""
         raise NotImplementedError
 
-    def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
-              log_g: float | None = None) -> Event | None:
+    def _rule(self, step: int) -> Event | None:
+        """The rule at a step where it may fire, on the levels just taken."""
         raise NotImplementedError
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
