@@ -127,6 +127,45 @@ def test_the_monitor_feeds_a_detector_of_three_inputs_in_their_order():
     assert det.seen[1:] == [(1.0, 1e-4, 0.25, 1)]
 
 
+class Logged(ts.Detector):
+    """Records the logs it is handed: it declares the log of its loss and of its optional grad norm."""
+
+    inputs = (ts.Input("loss"), ts.Input("grad_norm", required=False))
+    logs = ("loss", "grad_norm")
+    _state_keys = ("last_step",)
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float, float | None, float | None]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._last_step = -1
+
+    def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
+              log_grad: float | None = None) -> None:
+        self._last_step = step
+        self.seen.append((loss, grad, log_loss, log_grad))
+
+
+def test_the_monitor_hands_a_detector_the_logs_it_declares():
+    det = Logged()
+    mon = ts.Monitor(suite={"logged": det})
+    mon.update(loss=2.0, grad_norm=0.5, lr=1e-3)
+    mon.update(loss=1.5)  # no grad norm: its log is nan, as the grad norm is
+    mon.update(loss=-1.0, grad_norm=0.0)  # no log: nan
+    (l0, g0, ll0, lg0), (l1, g1, ll1, lg1), (_, _, ll2, lg2) = det.seen
+    assert (ll0, lg0) == (math.log(2.0), math.log(0.5)) and ll1 == math.log(1.5)
+    assert math.isnan(g1) and math.isnan(lg1) and math.isnan(ll2) and math.isnan(lg2)
+    alone = Logged()  # fed alone, or by its batch twin, a detector takes its logs itself
+    alone.update(loss=2.0, grad_norm=0.5)
+    alone.scan(loss=[1.5])
+    assert [e[2:] for e in alone.seen] == [(None, None), (None, None)]
+    odd = Logged()
+    odd.logs = ("lr",)
+    with pytest.raises(ValueError, match="declares the log of 'lr'"):
+        ts.Monitor(suite={"odd": odd})
+
+
 def test_a_user_detector_resumes_from_state_dict_and_pickle():
     loss = run_loss()
 

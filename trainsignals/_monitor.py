@@ -9,7 +9,6 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -30,8 +29,7 @@ from .suite import default_suite
 __all__ = ["Monitor", "STATUSES", "scan"]
 
 _NAN = float("nan")
-#: what a detector receives for an optional input not given at a step
-_ABSENT_TAIL = (_NAN, None)  # an absent optional input: nan for a scalar, None for other forms
+_log = math.log
 _VECTOR_NAMES = frozenset(name for name, sig in SIGNALS.items() if sig.form != "scalar")
 #: the signals ``update`` takes, in the order of a step's row (the per-layer ones last)
 _ORDER = ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "val_metric", "pred_top_share", "layer_grad_norms",
@@ -64,31 +62,34 @@ def _given(v: Any) -> bool:
         return True  # not a container: the coercion names the signal and says what is wrong
 
 
-def _picking(feed: Any, getter: Any) -> Any:
-    """``feed`` as ``f(row, step)``: its inputs picked from the step's row by ``getter``."""
-    def f(row: list[Any], step: int) -> Any:
-        return feed(*getter(row), step)
-    return f
-
-
-def _runner(calls: Sequence[tuple[Any, tuple[int, ...]]]) -> Any:
+def _runner(calls: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]], width: int,
+            logged: Mapping[int, int]) -> Any:
     """``run(row, step) -> list[Event]``: each ``feed`` of ``calls`` on the row's entries ``idx``
-    (``()``: the whole row), in order, collecting the events.
+    (``()``: the whole row) and the logs ``lidx`` of entries, in order, collecting the events.
 
+    ``row`` has ``width`` entries; ``logged`` maps the entries whose logs the calls read to where
+    the row holds their log (``-1``: the run takes it, ``math.log``, ``nan`` where not positive).
     The calls are written out one by one as the source of ``run`` (compiled once per combination
     of given signals): every call site then has one detector, which CPython specialises for it;
     a loop's single call site, seeing every detector, stays generic.
     """
-    lines = [f"def make({', '.join(f'f{k}' for k in range(len(calls)))}):", "    def run(row, step):", "        out = []"]
-    for k, (_, idx) in enumerate(calls):
-        args = "".join(f"row[{i}], " for i in idx) if idx else "row, "
-        lines += [f"        ev = f{k}({args}step)",
+    names = [f"r{i}" for i in range(width)]
+    lines = [f"def make({', '.join(f'f{k}' for k in range(len(calls)))}):", "    def run(row, step):",
+             f"        {', '.join(names)}{',' if width == 1 else ''} = row"]
+    for i, at in logged.items():
+        if at < 0:
+            lines.append(f"        l{i} = _log(r{i}) if r{i} > 0.0 else _NAN")
+    lines.append("        out = []")
+    for k, (_, idx, lidx) in enumerate(calls):
+        args = "".join(f"r{i}, " for i in idx) if idx else "row, "
+        logs = "".join(f", {'l' if logged[i] < 0 else 'r'}{i if logged[i] < 0 else logged[i]}" for i in lidx)
+        lines += [f"        ev = f{k}({args}step{logs})",
                   "        if ev is not None:",
                   "            out.extend(ev) if type(ev) is list else out.append(ev)"]
     lines += ["        return out", "    return run"]
-    scope: dict[str, Any] = {}
+    scope: dict[str, Any] = {"_log": math.log, "_NAN": _NAN}
     exec(_compiled("\n".join(lines)), scope)
-    return scope["make"](*(feed for feed, _ in calls))
+    return scope["make"](*(feed for feed, _, _ in calls))
 
 
 @lru_cache(maxsize=256)
@@ -126,6 +127,10 @@ def _check_detector(name: str, det: Any) -> None:
     for inp in ins:
         if inp.name not in SIGNALS:
             raise ValueError(f"suite[{name!r}] reads {inp.name!r}, not a signal; signals are {list(SIGNALS)}")
+    scalars = [i.name for i in ins if SIGNALS[i.name].form == "scalar"]
+    for lg in det.logs:
+        if lg not in scalars:
+            raise ValueError(f"suite[{name!r}] declares the log of {lg!r}, not one of its scalar inputs {scalars}")
 
 
 class Monitor:
@@ -248,7 +253,8 @@ class Monitor:
             _check_detector(name, det)
         # the streaming path's plan: each detector's bound per-step entry and how to pick its inputs
         self._entries = [(det.feed, tuple(i.name for i in det.inputs),
-                          tuple(i.name for i in det.inputs if i.required)) for det in self._suite.values()]
+                          tuple(i.name for i in det.inputs if i.required), tuple(det.logs))
+                         for det in self._suite.values()]
         self._plans: dict[int, tuple[tuple[str, ...], Any]] = {}
         # each calibrated rule's healthy-run rate, by the (detector, signal) its events carry
         keys = [(type(d).__name__, d.inputs[0].name if d.inputs else "") for d in self._suite.values()]
@@ -263,20 +269,27 @@ class Monitor:
         ``bits`` says which signals are given (bit ``k``: ``_ORDER[k]``). A detector runs when every
         required input is given (one without required inputs: when any input is given). The
         step's values come as a row: the given signals in ``_ORDER``'s order, then ``nan`` and
-        ``None`` (what an absent optional scalar, or other input, is). Returns the given signals
-        and ``run(row, step) -> list[Event]``, which calls those detectors in the suite's order
-        (see :func:`_runner`).
+        ``None`` (what an absent optional scalar, or other input, is), then the loss's log
+        (``nan`` when the loss is not given). Returns the given signals and
+        ``run(row, step) -> list[Event]``, which calls those detectors in the suite's order, each
+        with the logs it declares (see :func:`_runner`).
         """
         given = tuple(name for k, name in enumerate(_ORDER) if bits >> k & 1)
         have = set(given)
+        g = len(given)
         pos = {name: i for i, name in enumerate(given)}
-        calls: list[tuple[Any, tuple[int, ...]]] = []
-        for feed, names, required in self._entries:
+        calls: list[tuple[Any, tuple[int, ...], tuple[int, ...]]] = []
+        logged: dict[int, int] = {g: g}  # an absent input's log: nan, as the input is
+        for feed, names, required, logs in self._entries:
             if (required and not have.issuperset(required)) or (not required and not have.intersection(names)):
                 continue
-            idx = tuple(pos.get(n, len(given) + (SIGNALS[n].form != "scalar")) for n in names)
-            calls.append((feed, idx) if len(idx) <= 2 else (_picking(feed, itemgetter(*idx)), ()))
-        self._plans[bits] = (given, _runner(calls))
+            idx = tuple(pos.get(n, g + (SIGNALS[n].form != "scalar")) for n in names)
+            lidx = tuple(pos.get(n, g) for n in logs)
+            for i in lidx:
+                if i not in logged:
+                    logged[i] = g + 2 if given[i] == "loss" else -1
+            calls.append((feed, idx, lidx))
+        self._plans[bits] = (given, _runner(calls, g + 3, logged))
         return self._plans[bits]
 
     def __getstate__(self) -> dict[str, Any]:
@@ -410,8 +423,9 @@ class Monitor:
             ValueError: a negative grad norm, learning rate or update ratio, a ``pred_top_share``
                 outside [0, 1]; a decreasing step.
         """
-        s = self._step + 1 if step is None else to_step(step)
-        if s < self._step:
+        if step is None:
+            s = self._step + 1
+        elif (s := to_step(step)) < self._step:
             raise ValueError(f"step must not decrease: got {s} after {self._step}")
         if events is not None:
             events = list(events)
@@ -461,9 +475,13 @@ class Monitor:
             for name, v in zip(names, row, strict=True):
                 if name in _VECTOR_NAMES and name not in self._layer_names:
                     self._layer_names[name] = v.names
-        lv = row[0] if have & 1 else _NAN
-        row += _ABSENT_TAIL
-        out = self.policy.apply(run(row, s), s, lv)  # only the detectors this step's signals reach
+        if have & 1:
+            lv = row[0]
+            ll = _log(lv) if lv > 0.0 else _NAN  # read by the policy and by every detector declaring it
+        else:
+            lv = ll = _NAN
+        row += (_NAN, None, ll)  # what an absent optional input is, then the loss's log
+        out = self.policy.apply(run(row, s), s, lv, ll)  # only the detectors this step's signals reach
         if have >= 128:  # the caller's LayerValues keep no more than their vectors once the step is judged
             for v in (layer_grad_norms, layer_update_ratios):
                 if type(v) is LayerValues:
@@ -781,5 +799,3 @@ def _columns(data: Any) -> dict[str, Any]:
         out[name] = (np.asarray(st)[measured].astype(np.int64), vals[measured])
     return out
 
-
-_ = math

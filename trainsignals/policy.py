@@ -161,10 +161,13 @@ class EventPolicy:
         self._hist = deque(((int(s), float(g), float(m)) for s, g, m in state["hist"]), maxlen=GUARD_MEMORY)
 
     # -- the streaming path: one step ------------------------------------------------------
-    def apply(self, events: list[Event], step: int, loss: float = math.nan) -> list[Event]:
-        """Fold this step's ``loss`` in, then pass this step's detector events through the policy."""
+    def apply(self, events: list[Event], step: int, loss: float = math.nan,
+              log_loss: float | None = None) -> list[Event]:
+        """Fold this step's ``loss`` in (``log_loss``: its log, when already taken), then pass this
+        step's detector events through the policy.
+        """
         if loss > 0.0 and loss - loss == 0.0 and self.guard_kinds:
-            gl = _log(loss)
+            gl = _log(loss) if log_loss is None else log_loss
             h = self._hist
             h.append((step, gl, ALPHA * gl + _B * h[-1][2] if h else gl))
         if not events:

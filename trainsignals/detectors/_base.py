@@ -244,13 +244,20 @@ class Detector:
         """The layer names a per-layer input has carried so far (``None``: none yet, or no such input)."""
         return None
 
+    #: the scalar inputs (by name, in the order of :attr:`inputs`) whose natural log the per-step logic
+    #: reads: a Monitor takes each signal's log once a step and hands it to every detector that declares
+    #: it (see :attr:`feed`); a detector fed alone, or by its batch twin, takes the logs itself
+    logs: tuple[str, ...] = ()
+
     @property
     def feed(self) -> Callable[..., Event | list[Event] | None]:
-        """The per-step entry the Monitor's loop calls: ``feed(*values, step)``.
+        """The per-step entry the Monitor's loop calls: ``feed(*values, step, *logs)``.
 
         ``values`` come in the order of :attr:`inputs`, already coerced by
         :mod:`trainsignals.signals` (scalars as floats, an absent optional scalar as ``nan``,
-        per-layer values as :class:`~trainsignals.LayerValues`); returns an event, a list of
+        per-layer values as :class:`~trainsignals.LayerValues`); ``logs`` are ``math.log`` of the
+        inputs :attr:`logs` names, in that order (``nan`` for a value that has none: not positive,
+        or absent), and may be left out: the detector then takes them. Returns an event, a list of
         events or ``None``. Subclasses implement it as ``_step``.
         """
         return self._step

@@ -35,10 +35,12 @@ class CouplingLevels(Detector):
     rule's short span (``span`` values; for a rule without one, the ``lag``), so one collapse is
     one event; and for ``cooldown`` steps in any case. A loss
     or grad norm of exactly 0 counts as the lowest smoothed level held for that signal;
-    negative and non-finite values are skipped.
+    negative and non-finite values are skipped. A rule implements :meth:`_rule` (the decision at
+    a step where it may fire) and, for the batch path, ``_hits``.
     """
 
     inputs = (Input("loss"), Input("grad_norm"))
+    logs = ("loss", "grad_norm")
     _state_keys = ("n", "u", "g", "us", "gs", "ss", "armed", "cooldown_until", "last_step")
 
     def _setup(self, lag: int, alpha: float, orders: float, cooldown: int, span: int) -> None:
@@ -72,36 +74,37 @@ class CouplingLevels(Detector):
         self._gs = deque(state["gs"], maxlen=m)
         self._ss = deque(state["ss"], maxlen=m)
 
-    def _levels(self, loss: float, grad: float, step: int) -> bool:
-        """Take one step's values into the levels; ``True`` when the rule may fire at this step."""
+    def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
+              log_g: float | None = None) -> Event | None:
+        """Take one step's values (and their logs, when taken) into the levels; then, where the rule may
+        fire at this step (armed, past the cooldown, the grad level moved), :meth:`_rule` decides.
+        """
         self._last_step = step
-        if loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0:
-            return False
-        if loss == 0.0 or grad == 0.0:  # underflowed: at least as low as the lowest level held
-            if not self._us:
-                return False
+        if loss > 0.0 and grad > 0.0 and loss - loss == 0.0 and grad - grad == 0.0:
+            u = log(loss) if log_loss is None else log_loss
+            g = log(grad) if log_g is None else log_g
+        elif loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0 or not self._us:
+            return None
+        else:  # underflowed: at least as low as the lowest level held
             u = math.log(loss) if loss else min(self._us)
             g = math.log(grad) if grad else min(self._gs)
-        else:
-            u = log(loss)  # each signal's log once a step, whatever reads it
-            g = log(grad)
-        if self._n:
-            u = self._a * u + self._b * self._u
-            g = self._a * g + self._b * self._g
-        self._u = u
-        self._g = g
-        self._n += 1
+        n = self._n
+        if n:
+            a, b = self._a, self._b
+            u = a * u + b * self._u
+            g = a * g + b * self._g
+        self._u, self._g, self._n = u, g, n + 1
         gs = self._gs
         self._us.append(u)
         gs.append(g)
         self._ss.append(step)
         if len(gs) <= self._span:
-            return False
+            return None
         gap = self._gap
         if -gap < g - gs[0] < gap and g - gs[-self._span - 1] > -gap:  # the grad level holds: re-arm
             self._armed = True
-            return False
-        return self._armed and step > self._cooldown_until
+            return None
+        return self._rule(step) if self._armed and step > self._cooldown_until else None
 
     def _fired(self, step: int) -> None:
         self._armed = False
@@ -127,7 +130,8 @@ class CouplingLevels(Detector):
         """Batch twin of the rule: where it fires, for levels ``uu``, ``gg`` after ``uext``, ``gext``."""
         raise NotImplementedError
 
-    def _step(self, loss: float, grad: float, step: int) -> Event | None:
+    def _rule(self, step: int) -> Event | None:
+        """The rule at a step where it may fire, on the levels just taken."""
         raise NotImplementedError
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:

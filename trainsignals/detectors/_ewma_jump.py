@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .._events import Event
+from ._base import Input
 from ._ops import (
     column_id,
     column_log,
@@ -107,6 +108,8 @@ class EWMAJump:
     # per-instance attribute layout (up to 29 attributes in an instance dict)
     __slots__ = tuple("_" + k for k in TRACK_KEYS if k != "last_step")
 
+    inputs: tuple[Input, ...]
+    logs: tuple[str, ...]
     threshold: float
     min_ratio: float
     log: bool
@@ -146,6 +149,7 @@ class EWMAJump:
         self._up = self.direction != "down"
         self._dn = self.direction != "up"
         self._min_jump = math.log(self.min_ratio) if self.log else float(self.min_ratio) - 1.0
+        self.logs = (self.inputs[0].name,) if self.log else ()
 
     def _track_reset(self) -> None:
         self._n, self._mean, self._var, self._pending, self._has_pending = 0, 0.0, 0.0, 0.0, False
@@ -174,13 +178,13 @@ class EWMAJump:
         self._n = n + 1
         self._has_pending = False
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         """One value: the quiet case inline, anything else through :meth:`_judge`."""
         self._last_step = step
         lg = self.log
         if x - x != 0.0 or (lg and x <= 0.0):
             return None
-        y = _log(x) if lg else x
+        y = (_log(x) if log_x is None else log_x) if lg else x
         if self._n < WARMUP:
             if self._has_pending:
                 self._learn()

@@ -38,6 +38,7 @@ from ._ops import (
     first_usable,
     key_float,
     key_floats,
+    log,
     shared,
     shared_ewma,
     shared_run,
@@ -119,6 +120,7 @@ class PlateauRule(Detector):
         self.cooldown = cooldown
         self.signal = signal
         self.inputs = (Input(signal), *self._extra_inputs())
+        self.logs = (signal,)
         self._b = 1.0 - LEVEL_ALPHA
         self._dscale = delta_mult * math.sqrt(LEVEL_ALPHA / (2.0 - LEVEL_ALPHA))
         self._stride = max(1, patience // CHECKPOINTS)
@@ -293,6 +295,7 @@ class PlateauRule(Detector):
 class GradPlateauRule(PlateauRule):
     """A plateau rule that also reads the grad norm: a fast level of ``log10(grad_norm)``
     (EWMA, weight :data:`LEVEL_ALPHA`) and that level at each checkpoint (``None`` before the first).
+    A subclass implements :meth:`_rule`, the decision at a checkpoint.
     """
 
     def _extra_inputs(self) -> tuple[Input, ...]:
@@ -307,11 +310,23 @@ class GradPlateauRule(PlateauRule):
         super()._set_state(state)
         self._ghist = deque(state["ghist"], maxlen=2 * self._q + 1)
 
-    def _grad(self, grad: float) -> None:
+    def _step(self, x: float, grad: float, step: int, log_x: float | None = None) -> Event | None:
+        self._last_step = step
+        if x - x != 0.0 or x <= 0.0:
+            return None
         if grad - grad == 0.0 and grad > 0.0:
             g = self._g
             lg = math.log10(grad)
             self._g = lg if g is None else LEVEL_ALPHA * lg + self._b * g
+        if not self._level(log(x) if log_x is None else log_x):
+            return None
+        best, delta = self._checkpoint(step)
+        self._ghist.append(self._g)
+        return self._rule(step, best, delta)
+
+    def _rule(self, step: int, best: float, delta: float) -> Event | None:
+        """The rule at a checkpoint: ``best`` and ``delta`` as :meth:`_checkpoint` took them."""
+        raise NotImplementedError
 
     def _net_fall(self, best: float) -> float | None:
         """Decades the grad norm fell since *then*, net of the loss's fall (``None``: not known)."""

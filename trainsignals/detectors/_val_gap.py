@@ -49,6 +49,7 @@ class ValGapRule(Detector):
     """
 
     inputs = (Input("loss", required=False), Input("val_loss", required=False))
+    logs = ("loss",)
     _state_keys = RULE_KEYS
 
     def _setup(self, patience: int, min_rise: float, min_train_fall: float, cooldown: int) -> None:
@@ -115,10 +116,10 @@ class ValGapRule(Detector):
         return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",
                           v - best, self._lr, msg)
 
-    def _step(self, loss: float, val: float, step: int) -> Event | None:
+    def _step(self, loss: float, val: float, step: int, log_loss: float | None = None) -> Event | None:
         self._last_step = step
         if loss - loss == 0.0 and loss > 0.0:
-            u = log(loss)
+            u = log(loss) if log_loss is None else log_loss
             self._train = u if self._train is None else self._a * u + self._b * self._train
         return self._val(val, step) if val == val else None
 

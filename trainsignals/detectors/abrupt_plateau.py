@@ -72,14 +72,14 @@ class AbruptPlateau(PlateauRule):
         super()._reset()
         self._grad_seen = False
 
-    def _step(self, x: float, grad: float, step: int) -> Event | None:
+    def _step(self, x: float, grad: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
         if self._grad_seen or x - x != 0.0 or x <= 0.0:
             return None
         if grad - grad == 0.0 and grad > 0.0:
             self._grad_seen = True  # from now on a grad-norm rule's call
             return None
-        if not self._level(log(x)):
+        if not self._level(log(x) if log_x is None else log_x):
             return None
         best, delta = self._checkpoint(step)
         if not self._ready(best, delta):

@@ -76,6 +76,7 @@ class EarlyClimbDivergence(Detector):
         self.cooldown = cooldown
         self.signal = signal
         self.inputs = (Input(signal),)
+        self.logs = (signal,)
         self._a = float(noise_alpha)
         self._b = 1.0 - self._a
         self._rise = math.log(min_ratio)
@@ -102,11 +103,11 @@ class EarlyClimbDivergence(Detector):
         rest = total - biggest
         return biggest <= self.max_share * total or (rest >= self._rise and rest >= gate)
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
-        y = log(x)
+        y = log(x) if log_x is None else log_x
         buf = self._buf
         noise_prev = self._noise
         self._noise, self._nd = noise_step(y, buf, noise_prev, self._nd, self._a, self._b)

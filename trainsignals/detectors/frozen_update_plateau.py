@@ -95,13 +95,13 @@ class FrozenUpdatePlateau(PlateauRule):
         super()._set_state(state)
         self._rhist = deque(state["rhist"], maxlen=2 * self._q + 1)
 
-    def _step(self, x: float, ratio: float, step: int) -> Event | None:
+    def _step(self, x: float, ratio: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
         if ratio - ratio == 0.0:
             self._r = ratio
-        if not self._level(log(x)):
+        if not self._level(log(x) if log_x is None else log_x):
             return None
         best, delta = self._checkpoint(step)
         r = self._r

@@ -9,7 +9,6 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Knob
-from ._ops import log
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, GradPlateauRule
 
 #: default net fall of the grad norm that counts as stuck (CUSUMPlateau's ``stuck_decades`` since e4e4434,
@@ -68,15 +67,7 @@ class GradCollapsePlateau(GradPlateauRule):
         self.stuck_decades = stuck_decades
         super().__init__(patience, hold, delta_mult, cooldown, signal)
 
-    def _step(self, x: float, grad: float, step: int) -> Event | None:
-        self._last_step = step
-        if x - x != 0.0 or x <= 0.0:
-            return None
-        self._grad(grad)
-        if not self._level(log(x)):
-            return None
-        best, delta = self._checkpoint(step)
-        self._ghist.append(self._g)
+    def _rule(self, step: int, best: float, delta: float) -> Event | None:
         if not self._ready(best, delta) or self._hist[-self._q - 1] - best >= delta:
             return None
         fell = self._net_fall(best)

@@ -10,7 +10,6 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Knob
-from ._ops import log
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, GradPlateauRule, factor
 
 #: default net grad-norm fall that counts as collapsed (CUSUMPlateau's ``collapse_decades`` since c4f1cb0,
@@ -75,15 +74,7 @@ class GradCollapseSlowdown(GradPlateauRule):
         self.slowdown = slowdown
         super().__init__(patience, hold, delta_mult, cooldown, signal)
 
-    def _step(self, x: float, grad: float, step: int) -> Event | None:
-        self._last_step = step
-        if x - x != 0.0 or x <= 0.0:
-            return None
-        self._grad(grad)
-        if not self._level(log(x)):
-            return None
-        best, delta = self._checkpoint(step)
-        self._ghist.append(self._g)
+    def _rule(self, step: int, best: float, delta: float) -> Event | None:
         if not self._ready(best, delta):
             return None
         mid = self._hist[-self._q - 1]

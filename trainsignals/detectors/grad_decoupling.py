@@ -60,9 +60,7 @@ class GradLossDecoupling(CouplingLevels):
         self._ltol = math.log(loss_tolerance)
         self._setup(lag, alpha, orders, cooldown, lag)
 
-    def _step(self, loss: float, grad: float, step: int) -> Event | None:
-        if not self._levels(loss, grad, step):
-            return None
+    def _rule(self, step: int) -> Event | None:
         dg = self._g - self._gs[0]
         if abs(dg) < self._gap:
             return None

@@ -68,9 +68,7 @@ class JointCollapse(CouplingLevels):
         num, den = _SPAN_SHARE
         self._setup(lag, alpha, orders, cooldown, max(2, num * lag // den) if span is None else span)
 
-    def _step(self, loss: float, grad: float, step: int) -> Event | None:
-        if not self._levels(loss, grad, step):
-            return None
+    def _rule(self, step: int) -> Event | None:
         j = -self._span - 1
         ds = self._g - self._gs[j]
         dus = self._u - self._us[j]

@@ -79,7 +79,7 @@ class LjungBoxSawtooth(Detector):
         check_signal("signal", signal)
         self.window, self.ratio, self.frac, self.spread = window, ratio, frac, spread
         self.pattern_p, self.warmup, self.cooldown, self.signal = pattern_p, warmup, cooldown, signal
-        self.inputs = (Input(signal), Input("grad_norm", required=False))
+        self.inputs, self.logs = (Input(signal), Input("grad_norm", required=False)), (signal, "grad_norm")
         self._reset()
 
     def _reset(self) -> None:
@@ -123,16 +123,17 @@ class LjungBoxSawtooth(Detector):
         q = sw.ljung_box(res, w // 3) + (sw.ljung_box(gres, w // 3) if gref else 0.0)
         return q >= sw.chi2_crit(self.pattern_p, (2 if gref else 1) * (w // 3)), fl, fg
 
-    def _step(self, x: float, grad: float, step: int) -> Event | None:
+    def _step(self, x: float, grad: float, step: int, log_x: float | None = None,
+              log_g: float | None = None) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:  # not a loss: the statistics stay untouched
             return None
-        n, bl, bg, g, y = self._n, self._bl, self._bg, _NAN, log(x)
+        n, bl, bg, g, y = self._n, self._bl, self._bg, _NAN, log(x) if log_x is None else log_x
         # sw.swing(), its warm case written out: the hot path
         self._ml, self._vl, self._bl = (y, v := _VA * abs(y - self._ml) + _VB * self._vl, _BA * v + _BB * bl) \
             if n >= self.warmup else sw.swing(y, self._ml, self._vl, bl, n, self.warmup)
         if grad - grad == 0.0 and grad > 0.0:
-            g, ng = log(grad), self._ng
+            g, ng = log(grad) if log_g is None else log_g, self._ng
             self._mg, self._vg, self._bg = (g, v := _VA * abs(g - self._mg) + _VB * self._vg, _BA * v + _BB * bg) \
                 if ng >= self.warmup else sw.swing(g, self._mg, self._vg, bg, ng, self.warmup)
             self._ng = ng + 1

@@ -83,6 +83,7 @@ class LostProgress(Detector):
         self.window, self.ratio, self.z, self.frac, self.min_ratio = window, ratio, z, frac, min_ratio
         self.cooldown, self.signal = cooldown, signal
         self.inputs = (Input(signal),)
+        self.logs = (signal,)
         self._lost = math.log(ratio)
         self._lmin = math.log(min_ratio)
         self._half_lmin = _CLIMB_SHARE * self._lmin
@@ -116,11 +117,11 @@ class LostProgress(Detector):
         sd = statistics.fmean([abs(v[k] - 2.0 * v[k - 1] + v[k - 2]) for k in range(2, len(v))])
         return rise >= self._lz * sd
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
-        y = log(x)
+        y = log(x) if log_x is None else log_x
         buf = self._buf
         level = self._la * y + self._lb * self._level if buf else y
         if not buf:

@@ -83,11 +83,13 @@ class LRCollapseStall(Detector):
         self._fired: float | None = None  # the level that alarmed, until the lr comes back up
         self._quiet_until = -1
         self._last_step = -1
+        self._calm: tuple[int, float] | None = None  # the latest entry found less than `decades` below the peak
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
         self._hist = deque(((int(s), float(v)) for s, v in state["hist"]), maxlen=self.window + self.hold)
         self._vals = deque((v for _, v in self._hist), maxlen=self.window + self.hold)
+        self._calm = None
 
     def _step(self, lr: float, step: int) -> Event | None:
         self._last_step = step
@@ -95,14 +97,21 @@ class LRCollapseStall(Detector):
             return None
         v = math.log10(lr if lr > TINY else TINY)
         h = self._hist
-        h.append((step, v))
+        # the same value as the entry before, which was less than `decades` below the highest value then:
+        # it still is (the window lost values and gained one no higher), so the peak needs no search
+        c = self._calm
+        calm = c is not None and h[-1] is c and v == c[1]
+        h.append(e := (step, v))
         self._vals.append(v)
         if self._fired is not None:
             if v - self._fired < 0.5 * self.decades:
                 return None
             self._fired = None  # the learning rate came back: re-armed
         n, k = len(h), self.hold
-        if n <= k or step <= self._quiet_until or max(self._vals) - v < self.decades:
+        if n <= k or step <= self._quiet_until:
+            return None
+        if calm or max(self._vals) - v < self.decades:
+            self._calm = e
             return None  # (the peak before the hold is at most the highest value seen, the hold's at least v)
         recent = [x for _, x in islice(h, n - k, n)]
         hi = max(recent)

@@ -75,6 +75,7 @@ class LRRiseEdgeOfStability(Detector):
         self.window, self.shift, self.new_shift, self.lr_rise = window, shift, new_shift, lr_rise
         self.warmup, self.cooldown, self.signal = warmup, cooldown, signal
         self.inputs = (Input(signal), Input("lr", required=False))
+        self.logs = (signal,)
         self._reset()
 
     def _reset(self) -> None:
@@ -114,12 +115,12 @@ class LRRiseEdgeOfStability(Detector):
             return True
         return False
 
-    def _step(self, x: float, lr: float, step: int) -> Event | None:
+    def _step(self, x: float, lr: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:  # not a loss: the statistics stay untouched
             return None
         n, left, ls, self._n = self._n, self._left, self._ls, self._n + 1
-        self._ys.append(log(x))
+        self._ys.append(log(x) if log_x is None else log_x)
         self._ss.append(step)
         jumped = False
         if ls and 0.0 < lr <= ls[-1]:  # the usual step: a known rate that did not rise

@@ -54,9 +54,9 @@ class NeverImprovedPlateau(PlateauRule):
                  cooldown: int = 0, signal: str = "loss") -> None:
         super().__init__(patience, hold, delta_mult, cooldown, signal)
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
-        if x - x != 0.0 or x <= 0.0 or not self._level(log(x)):
+        if x - x != 0.0 or x <= 0.0 or not self._level(log(x) if log_x is None else log_x):
             return None
         best, delta = self._checkpoint(step)
         if not self._ready(best, delta):

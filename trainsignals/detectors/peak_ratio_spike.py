@@ -71,6 +71,7 @@ class PeakRatioSpike(Detector):
         self.signal, self.kind, self.peak_ratio, self.window = signal, kind, peak_ratio, window
         self.min_ratio, self.cooldown = min_ratio, cooldown
         self.inputs = (Input(signal),)
+        self.logs = (signal,)
         self._kind = Kind(kind)
         self._r = float(peak_ratio)
         self._lj = math.log(min_ratio)  # 0.0: no level test, and no level kept
@@ -87,7 +88,7 @@ class PeakRatioSpike(Detector):
         super()._set_state(state)
         self._recent = deque(state["recent"], maxlen=self.window)
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
         if not x > 0.0 or x - x != 0.0:
             return None
@@ -96,7 +97,7 @@ class PeakRatioSpike(Detector):
         if self._n > WARMUP and x >= self._r * rec[-1]:
             top = max(rec)
             if (x >= self._r * top and (self._last_event < 0 or step - self._last_event > self.cooldown)
-                    and (self._lj == 0.0 or log(x) - self._level >= self._lj)):
+                    and (self._lj == 0.0 or (log(x) if log_x is None else log_x) - self._level >= self._lj)):
                 self._last_event = step
                 msg = (f"{self.signal} jumped to {x:.4g}, {x / top:.3g}x the largest of the previous "
                        f"{len(rec)} values ({top:.4g})")
@@ -104,7 +105,7 @@ class PeakRatioSpike(Detector):
                                 self._r, msg)
         rec.append(x)
         if self._lj:
-            lx = log(x)
+            lx = log(x) if log_x is None else log_x
             self._level = ALPHA * lx + (1.0 - ALPHA) * self._level if self._n else lx
         self._n += 1
         return ev
