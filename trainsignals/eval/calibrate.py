@@ -222,6 +222,40 @@ def _round_toward(value: float, quieter_up: bool, integer: bool) -> float:
     return (math.ceil(q) if quieter_up else math.floor(q)) * 10**e
 
 
+def _knob_of(name: str) -> tuple[Any, Any, bool, bool]:
+    """Entry ``name``'s detector at its class defaults, its knob, whether higher is quieter, whether it is whole.
+
+    Raises:
+        ValueError: the detector declares no knob.
+    """
+    det = _alone(name, None, {})
+    knob = getattr(det, "knob", None)
+    if knob is None:
+        raise ValueError(f"name: the detector of {name!r} ({type(det).__name__}) declares no knob")
+    value = getattr(det, knob.param)
+    return det, knob, knob.quieter == "higher", isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bisect(ok: float, bad: float, is_ok: Callable[[float], bool], log: bool, integer: bool,
+            iterations: int) -> tuple[float, float]:
+    """Narrow ``(ok, bad)``, where ``is_ok(ok)`` holds and ``is_ok(bad)`` does not, ``iterations`` times.
+
+    Midpoints are geometric for a ``log`` knob, arithmetic otherwise, and whole numbers for an
+    integer one (which stops when no whole number is left between the two).
+    """
+    for _ in range(iterations):
+        mid = math.sqrt(ok * bad) if log else 0.5 * (ok + bad)
+        if integer:
+            mid = float(round(mid))
+            if mid in (ok, bad):
+                break
+        if is_ok(mid):
+            ok = mid
+        else:
+            bad = mid
+    return ok, bad
+
+
 def calibrate_entry(name: str, curves: Sequence[Any], budget_per_10k: float = BUDGET_PER_10K,
                     iterations: int = _ITERATIONS) -> Calibrated:
     """Calibrate the knob of default-suite entry ``name`` on healthy ``curves``.
@@ -229,13 +263,8 @@ def calibrate_entry(name: str, curves: Sequence[Any], budget_per_10k: float = BU
     Raises:
         ValueError: ``name``'s detector declares no knob.
     """
-    det = _alone(name, None, {})
-    knob = getattr(det, "knob", None)
-    if knob is None:
-        raise ValueError(f"name: the detector of {name!r} ({type(det).__name__}) declares no knob")
-    up = knob.quieter == "higher"
+    det, knob, up, integer = _knob_of(name)
     sensitive, quiet = (knob.lo, knob.hi) if up else (knob.hi, knob.lo)
-    integer = isinstance(getattr(det, knob.param), int) and not isinstance(getattr(det, knob.param), bool)
     cache: dict[float, dict[str, tuple[int, int, int]]] = {}
     inputs = _inputs_of(name, curves)
 
@@ -260,17 +289,7 @@ def calibrate_entry(name: str, curves: Sequence[Any], budget_per_10k: float = BU
         return done(sensitive, "sensitive_end")
     if not meets(quiet):
         return done(quiet, "quiet_end")
-    ok, bad = quiet, sensitive  # ok meets the budget; bad does not
-    for _ in range(iterations):
-        mid = math.sqrt(ok * bad) if knob.log else 0.5 * (ok + bad)
-        if integer:
-            mid = float(round(mid))
-            if mid in (ok, bad):
-                break
-        if meets(mid):
-            ok = mid
-        else:
-            bad = mid
+    ok, _ = _bisect(quiet, sensitive, meets, knob.log, integer, iterations)  # ok meets the budget
     value = _round_toward(ok, up, integer)
     if not meets(value):  # rounding crossed a step of the count: keep the bisection's value
         value = ok
@@ -341,11 +360,8 @@ def critical_values(name: str, curves: Sequence[Any], iterations: int = _ITERATI
     one that alarms there too. The larger a run's value (the smaller, for a knob whose
     ``quieter`` is ``"lower"``), the nearer that healthy run came to a false alarm.
     """
-    det = _alone(name, None, {})
-    knob = det.knob
-    up = knob.quieter == "higher"
+    _, knob, up, integer = _knob_of(name)
     sensitive, quiet = (knob.lo, knob.hi) if up else (knob.hi, knob.lo)
-    integer = isinstance(getattr(det, knob.param), int) and not isinstance(getattr(det, knob.param), bool)
     out: list[float | None] = []
     for c, sig in _inputs_of(name, curves):
         def fires(v: float, c: Any = c, sig: dict[str, Any] = sig) -> bool:
@@ -358,18 +374,10 @@ def critical_values(name: str, curves: Sequence[Any], iterations: int = _ITERATI
         if fires(quiet):
             out.append(quiet)
             continue
-        ok, bad = quiet, sensitive  # ok is quiet on the run, bad alarms
-        for _ in range(iterations):
-            mid = math.sqrt(ok * bad) if knob.log else 0.5 * (ok + bad)
-            if integer:
-                mid = float(round(mid))
-                if mid in (ok, bad):
-                    break
-            if fires(mid):
-                bad = mid
-            else:
-                ok = mid
-        out.append(bad)
+        def quiet_at(v: float, f: Callable[[float], bool] = fires) -> bool:
+            return not f(v)
+
+        out.append(_bisect(quiet, sensitive, quiet_at, knob.log, integer, iterations)[1])  # the quietest that alarms
     return out
 
 
@@ -412,12 +420,7 @@ def tail_calibrate_entry(name: str, curves: Sequence[Any], rate: float) -> Calib
     Raises:
         ValueError: ``name``'s detector declares no knob.
     """
-    det = _alone(name, None, {})
-    knob = getattr(det, "knob", None)
-    if knob is None:
-        raise ValueError(f"name: the detector of {name!r} ({type(det).__name__}) declares no knob")
-    up = knob.quieter == "higher"
-    integer = isinstance(getattr(det, knob.param), int) and not isinstance(getattr(det, knob.param), bool)
+    det, knob, up, integer = _knob_of(name)
     sign = 1.0 if up else -1.0
 
     def to_z(v: float) -> float:
