@@ -7,6 +7,7 @@ import importlib
 import io
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -500,3 +501,20 @@ def test_rule_rates_count_each_detectors_alarms_on_healthy_runs_only():
     assert nonfinite[0].per_10k == 1e4 / steps
     assert not [r for r in quiet if r.detector == "NonFinite"]
     assert "NonFinite" in rules_markdown(rates, n_healthy=2)
+
+
+def test_cli_scores_a_calibration_file_beside_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from trainsignals.curves import generate
+    from trainsignals.eval import calibrate as cal
+
+    curves = [generate("healthy", seed=s, difficulty="hard") for s in range(7100, 7104)]
+    monkeypatch.setattr(bench, "_load_suite", lambda suite: list(curves))
+    row = cal.Calibrated("loss_spike", "EWMAZSpike", "threshold", 1.0, 0, 0, 1, 0.5, "tail")  # a z of 1: alarms
+    path = cal.write_calibration([row], tmp_path / "c.json")
+    assert cal.settings_from_file(path) == {"loss_spike": {"threshold": 1.0}}
+    assert bench.main(["--json", "--no-baselines", "--calibration", str(path)]) == 0
+    scores = json.loads(capsys.readouterr().out)["scores"]
+    assert list(scores) == ["trainsignals", "calibrated"]
+    healthy = {k: v["healthy_alarm_rate"] for k, v in scores.items()}
+    assert healthy["calibrated"] > healthy["trainsignals"]

@@ -927,6 +927,14 @@ class BenchResult:
 # --------------------------------------------------------------------------- the bench
 
 
+def _as_logged(factory: Callable[..., Any], every: int) -> Callable[..., Any]:
+    """``factory`` for a run logged every ``every`` steps: the replay's plan, one row per ``every`` steps."""
+    def build(total_steps: int | None = None) -> Any:
+        return factory(total_steps=None if total_steps is None else max(1, total_steps // every))
+
+    return build
+
+
 def _default_monitor_factory() -> Callable[..., Any]:
     from trainsignals import Monitor
 
@@ -1093,6 +1101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--withhold", action="append", default=[], metavar="SIGNAL",
                         help="score the runs as if SIGNAL were never measured (repeatable; e.g. update_ratio, "
                              "layer_grad_norms): the targets then say how the Monitor does without it")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="also score the Monitor with the knob values of FILE (as `python -m "
+                             "trainsignals.eval.calibrate --write --out FILE` writes it), beside the default")
     parser.add_argument("--leave-one-family-out", action="store_true",
                         help="calibrate without each family of --suite in turn and score that family with the "
                              "values found (trainsignals.eval.calibrate); in-sample figures beside them")
@@ -1127,13 +1138,20 @@ def run_from_args(args: argparse.Namespace) -> int:
         windows = {k.value: target_window for k in Kind}
         sys.stderr.write("detections counted within max(50 steps, 10% of the run) of the onset\n")
     every = int(getattr(args, "log_every", 1) or 1)
-    detectors = None
+    factories: dict[str, Callable[..., Any]] = {"trainsignals": _default_monitor_factory()}
+    if getattr(args, "calibration", None):
+        from trainsignals import Monitor
+
+        from .calibrate import settings_from_file
+
+        settings: dict[str, Any] = dict(settings_from_file(args.calibration))
+        factories["calibrated"] = lambda total_steps=None: Monitor(total_steps=total_steps, **settings)
+        sys.stderr.write(f"calibrated: {Path(args.calibration).name}'s values for {sorted(settings)}\n")
     if every > 1:
         curves = [c.sampled(every) for c in (curves if curves is not None else _load_suite(args.suite))]
-        factory = _default_monitor_factory()
-        detectors = {"trainsignals": lambda total_steps=None: factory(  # noqa: E731 - the replay's plan
-            total_steps=None if total_steps is None else max(1, total_steps // every))}
+        factories = {name: _as_logged(f, every) for name, f in factories.items()}
         sys.stderr.write(f"scored as logged every {every} steps\n")
+    detectors = factories if len(factories) > 1 or every > 1 else None
     result = run_bench(suite=args.suite, baselines=not getattr(args, "no_baselines", False), curves=curves,
                        windows=windows, detectors=detectors)
     unmet = result.check_targets()

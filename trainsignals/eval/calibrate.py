@@ -59,6 +59,7 @@ __all__ = [
     "healthy_runs",
     "leave_one_family_out",
     "measure",
+    "settings_from_file",
     "tail_calibrate",
     "tail_calibrate_entry",
     "tail_value",
@@ -478,6 +479,17 @@ def settings_of(rows: Iterable[Calibrated]) -> dict[str, dict[str, Any]]:
     return {r.name: {r.param: r.value} for r in rows}
 
 
+def settings_from_file(path: str | Path) -> dict[str, dict[str, Any]]:
+    """The Monitor settings a calibration file applies (its calibrated rows; measured defaults add nothing).
+
+    Example:
+        >>> settings_from_file(CALIBRATION_FILE)  # the shipped file holds measured defaults only
+        {}
+    """
+    entries = json.loads(Path(path).read_text())["entries"]
+    return {n: {r["param"]: r["value"]} for n, r in entries.items() if r.get("limit") not in ("measured", "no_data")}
+
+
 def write_calibration(rows: Sequence[Calibrated], path: str | Path = CALIBRATION_FILE, *,
                       update: bool = False) -> Path:
     """Write calibrated values as the JSON file the default suite reads.
@@ -573,20 +585,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the older method: bisect each knob to --budget alarms per 10,000 steps on every family")
     p.add_argument("--run-budget", type=float, default=RUN_BUDGET,
                    help="the tail method's budget: share of healthy runs with any alarm, split among the rules")
+    p.add_argument("--suite", action="append", choices=TUNING_SUITES,
+                   help="tune on these suites only (repeatable; default: all of them)")
+    p.add_argument("--out", type=Path, default=CALIBRATION_FILE,
+                   help="with --write: the file to write (default: the one the default suite reads); "
+                        "`trainsignals bench --calibration FILE` scores it")
     args = p.parse_args(argv)
+    curves = tuning_curves(args.suite) if args.suite else None
     if args.measure:
-        rows = measure(names=args.entry, budget_per_10k=args.budget)
+        rows = measure(curves, names=args.entry, budget_per_10k=args.budget)
     elif args.bisect or args.ceiling:
-        rows = calibrate(names=args.entry, budget_per_10k=args.budget, ceiling=args.ceiling)
+        rows = calibrate(curves, names=args.entry, budget_per_10k=args.budget, ceiling=args.ceiling)
     else:
-        rows = tail_calibrate(names=args.entry, run_budget=args.run_budget)
+        rows = tail_calibrate(curves, names=args.entry, run_budget=args.run_budget)
     for r in rows:
         print(f"{r.name:22s} {r.detector:22s} {r.param}={r.value:<10.4g} {r.alarms:3d} alarms "
               f"({r.per_10k:.2f} per 10k, {r.runs_alarmed} runs, {r.steps} steps)"
               + (f", fitted run rate {r.run_rate:.2g}" if r.run_rate is not None else "")
               + (f" [{r.limit}]" if r.limit else ""))
     if args.write:
-        print(f"wrote {write_calibration(rows, update=bool(args.entry))}")
+        print(f"wrote {write_calibration(rows, args.out, update=bool(args.entry))}")
     return 0
 
 
