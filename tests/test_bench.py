@@ -429,8 +429,8 @@ def test_cli_withhold_and_target_window(monkeypatch: pytest.MonkeyPatch, capsys:
         curves[0].withheld("loss")
 
 
-def test_cli_log_every_replays_sampled_runs_with_the_rows_as_the_plan(monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_log_every_replays_sampled_runs_told_the_interval(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from trainsignals.curves import generate
 
     curves = [generate("stall", 0, "easy"), generate("healthy", 1, "easy")]
@@ -438,13 +438,13 @@ def test_cli_log_every_replays_sampled_runs_with_the_rows_as_the_plan(monkeypatc
     planned: list[int] = []
     real = bench._default_monitor_factory()
 
-    def factory(total_steps=None):
-        planned.append(total_steps)
-        return real(total_steps=total_steps)
+    def factory(total_steps=None, log_every=1):
+        planned.append((total_steps, log_every))
+        return real(total_steps=total_steps, log_every=log_every)
 
     monkeypatch.setattr(bench, "_default_monitor_factory", lambda: factory)
     assert bench.main(["--json", "--no-baselines", "--log-every", "20"]) == 0
-    assert planned == [c.total_steps // 20 for c in curves]
+    assert planned == [(c.total_steps, 20) for c in curves]
     d = json.loads(capsys.readouterr().out)
     assert d["n_curves"] == 2
 

@@ -171,10 +171,22 @@ def test_replay_says_how_often_the_log_was_written(tmp_path: Path) -> None:
     every = np.arange(0, c.total_steps, 25)
     write_trace(tmp_path / "s.arrow", step=every, loss=c.loss[every])
     sparse = replay(tmp_path / "s.arrow")
-    assert any("one loss every 25 steps" in note for note in sparse.notes)
+    assert any("one loss every 25 steps" in note and "log_every=25" in note for note in sparse.notes)
     write_trace(tmp_path / "d.arrow", step=c.steps, loss=c.loss)
     dense = replay(tmp_path / "d.arrow")
     assert not any("one loss every" in note for note in dense.notes)
+    # a Monitor given by the caller is used as it is; the note says its spans count values
+    mine = replay(tmp_path / "s.arrow", monitor=ts.Monitor())
+    assert any("log_every=1" in note and "25x as many steps" in note for note in mine.notes)
+
+
+def test_replay_of_a_sparse_log_builds_the_monitor_for_its_interval(tmp_path: Path) -> None:
+    c = generate("stall", 1, "easy")
+    every = np.arange(0, c.total_steps, 10)
+    write_trace(tmp_path / "s.arrow", step=every, loss=c.loss[every], grad_norm=c.grad_norm[every])
+    rep = replay(tmp_path / "s.arrow")
+    told = ts.Monitor(total_steps=int(every[-1] - every[0]) + 10, log_every=10)
+    assert dicts(rep.events) == dicts(told.scan(step=every, loss=c.loss[every], grad_norm=c.grad_norm[every]))
 
 
 # -- verdicts -----------------------------------------------------------------------------------

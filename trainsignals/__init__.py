@@ -57,6 +57,7 @@ from .detectors import (  # noqa: E402
     UpdateRatioBelowBand,
     ValMetricChance,
     ZeroFractionDeadUnits,
+    interval_settings,
 )
 from .policy import EventPolicy  # noqa: E402
 from .signals import SIGNALS  # noqa: E402
@@ -84,6 +85,7 @@ __all__ = [
     "check_kinds",
     "check_range",
     "default_suite",
+    "interval_settings",
     "make_event",
     "Kind",
     "LRJumpAnomaly",

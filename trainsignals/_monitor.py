@@ -156,6 +156,11 @@ class Monitor:
             keep it above the detectors' cooldowns (100 steps by default), since a detector
             does not repeat an ongoing failure during its cooldown.
         min_patience: smallest stall patience derived from ``total_steps``.
+        log_every: steps between the updates the Monitor will get, for a stream logged every N
+            steps (replaying a log a trainer wrote every ``logging_steps``): the default
+            suite's windows, which count values, then cover the same steps, down to the fewest
+            values each rule needs (see :func:`trainsignals.default_suite`). Adapters feed
+            every step: leave it at 1 there.
         val_metric_mode: the direction of ``val_metric`` for the default suite: ``"max"``
             (higher is better: accuracy, F1) or ``"min"`` (an error rate).
         max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
@@ -212,6 +217,7 @@ class Monitor:
         recorder: Recorder | None = None,
         val_metric_mode: str = "max",
         policy: EventPolicy | None = None,
+        log_every: int = 1,
         **settings: Any,
     ) -> None:
         if total_steps is not None:
@@ -221,6 +227,7 @@ class Monitor:
         check_range("min_patience", min_patience, 2, None, integer=True)
         check_range("max_events", max_events, 1, None, integer=True)
         check_choice("val_metric_mode", val_metric_mode, ("max", "min"))
+        check_range("log_every", log_every, 1, None, integer=True)
         kinds = tuple(k.value for k in Kind)
         if stop_on is not None:
             stop_on = check_kinds("stop_on", stop_on)
@@ -231,6 +238,7 @@ class Monitor:
         self.min_patience = min_patience
         self.max_events = max_events
         self.val_metric_mode = val_metric_mode
+        self.log_every = log_every
         if recorder is not None and not isinstance(recorder, Recorder):
             raise ValueError(f"recorder must have record() and record_batch() methods, got {recorder!r}")
         self.recorder = recorder
@@ -241,9 +249,13 @@ class Monitor:
         if suite is None:
             try:
                 suite = default_suite(total_steps, min_patience=min_patience, val_metric_mode=val_metric_mode,
-                                      **settings)
+                                      log_every=log_every, **settings)
             except TypeError as exc:
                 raise TypeError(f"Monitor() got {exc}") from exc
+        elif log_every != 1:
+            raise TypeError("Monitor() got log_every and a suite: log_every configures the default suite "
+                            "(ts.default_suite(log_every=N)); give your own detectors their spans when you build "
+                            "them (trainsignals.detectors.interval_settings)")
         elif settings:
             raise TypeError(f"Monitor() got detector settings {sorted(settings)} and a suite: settings by name "
                             "configure the default suite (ts.default_suite(**settings)); configure your own "
@@ -700,7 +712,7 @@ class Monitor:
         """The Monitor's configuration (what a snapshot must match to be loaded)."""
         return {"total_steps": self.total_steps, "stop_on": self.stop_on, "warmup": self.warmup,
                 "recovery": self.recovery, "min_patience": self.min_patience, "max_events": self.max_events,
-                "val_metric_mode": self.val_metric_mode,
+                "val_metric_mode": self.val_metric_mode, "log_every": self.log_every,
                 "settings": {k: (v if not callable(v) else repr(v)) for k, v in self.settings.items()},
                 "policy": self.policy.config()}
 
@@ -719,7 +731,8 @@ class Monitor:
         if state["format"] != "trainsignals.Monitor":
             raise ValueError(f"not a Monitor state dict: format {state['format']!r}")
         mine = _jsonable(self.config())
-        differ = sorted(k for k in mine if mine[k] != state["config"].get(k))
+        theirs = {"log_every": 1, **state["config"]}  # snapshots from before log_every: one value a step
+        differ = sorted(k for k in mine if mine[k] != theirs.get(k))
         if differ:
             raise ValueError(f"state dict configuration differs in: {', '.join(differ)}")
         dets = state["detectors"]

@@ -13,6 +13,11 @@ Example:
     >>> mon = ts.Monitor(suite=suite)
     >>> "sawtooth" in mon.detectors
     False
+
+For a log written every 50 steps, the spans cover the same steps in fewer values:
+
+    >>> ts.default_suite(total_steps=5_000, log_every=50)["stall_grad_collapse"].patience
+    10
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from .detectors import (
     UpdateRatioBelowBand,
     ValMetricChance,
     ZeroFractionDeadUnits,
+    interval_settings,
 )
 
 __all__ = ["default_suite", "SUITE_NAMES"]
@@ -125,7 +131,7 @@ def default_settings(name: str) -> dict[str, Any]:
 
 
 def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val_metric_mode: str = "max",
-                  calibrated: bool = True, **settings: Any) -> dict[str, Detector]:
+                  calibrated: bool = True, log_every: int = 1, **settings: Any) -> dict[str, Detector]:
     """The default detectors, freshly built, as ``{name: detector}``.
 
     Args:
@@ -134,6 +140,11 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
         min_patience: smallest stall patience derived from ``total_steps``.
         val_metric_mode: the direction of ``val_metric`` (``"max"``: higher is better, or
             ``"min"``), the ``mode`` of every detector that reads it.
+        log_every: steps between the values the detectors will be given (a log written every N
+            steps, as Hugging Face's ``logging_steps``): each detector's spans, which count
+            values, are shortened to cover the same steps, down to the fewest values each rule
+            needs (:func:`~trainsignals.detectors.interval_settings`); ``total_steps`` and
+            ``min_patience`` stay in steps. Settings given by name are taken as they are.
         calibrated: apply the values ``trainsignals/calibration.json`` holds for the rules'
             knobs, and give each detector its measured ``healthy_rate`` (False: the classes'
             defaults and no rate; what calibration itself starts from).
@@ -148,6 +159,7 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
         check_range("total_steps", total_steps, 1, None, integer=True)
     check_range("min_patience", min_patience, 2, None, integer=True)
     check_choice("val_metric_mode", val_metric_mode, ("max", "min"))
+    check_range("log_every", log_every, 1, None, integer=True)
     unknown = sorted(set(settings) - set(SUITE_NAMES))
     if unknown:
         raise TypeError(f"unknown detector setting(s) {unknown}; the default suite's detectors are {list(SUITE_NAMES)}")
@@ -161,7 +173,8 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
         if not isinstance(opt, Mapping):
             raise ValueError(f"{name} must be a mapping of settings or False, got {opt!r}")
         tuned, rate = _calibrated(name) if calibrated else ({}, None)  # trainsignals/calibration.json
-        kw = {**base, **tuned, **(planned(total_steps, min_patience) if planned else {}), **opt}
+        kw = {**interval_settings(cls, log_every, {**base, **tuned, **(planned(total_steps, min_patience)
+                                                                       if planned else {})}), **opt}
         if any(i.name == "val_metric" for i in cls.inputs):  # the metric's direction, set once for the run
             kw = {"mode": val_metric_mode, **kw}
         try:

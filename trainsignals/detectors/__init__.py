@@ -1,6 +1,7 @@
 """The streaming detectors. Each is usable alone on any stream; the Monitor runs a suite of them."""
 
 from ._base import Detector, DetectorProtocol, Input, Knob
+from ._interval import interval_settings
 from .abrupt_plateau import AbruptPlateau
 from .breakout_overfitting import BreakoutOverfitting
 from .climb_overfitting import MemorisationClimbOverfitting
@@ -71,6 +72,7 @@ __all__ = [
     "LostProgress",
     "MemorisationClimbOverfitting",
     "TrendDivergence",
+    "interval_settings",
     "LjungBoxSawtooth",
     "SwingRatioEdgeOfStability",
 ]

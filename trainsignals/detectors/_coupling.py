@@ -18,6 +18,7 @@ import numpy as np
 from .._events import Event
 from .._validate import check_range
 from ._base import Detector, Input
+from ._interval import MIN_VALUES
 from ._ops import NEVER, column_log, first_true, first_unusable, log, shared_ewma
 
 #: natural log of 10: decades to log units
@@ -42,6 +43,8 @@ class CouplingLevels(Detector):
     inputs = (Input("loss"), Input("grad_norm"))
     logs = ("loss", "grad_norm")
     _state_keys = ("n", "u", "g", "us", "gs", "ss", "armed", "cooldown_until", "last_step")
+    spans = {"lag": MIN_VALUES}
+    rates = ("alpha",)
 
     def _setup(self, lag: int, alpha: float, orders: float, cooldown: int, span: int) -> None:
         check_range("lag", lag, 2, None, integer=True)

@@ -29,6 +29,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input
+from ._interval import MIN_HOLD, MIN_VALUES
 from ._ops import (
     column_id,
     column_log,
@@ -107,6 +108,7 @@ class PlateauRule(Detector):
     # the tracker's state in slots: a rule's other attributes then stay few enough for CPython's
     # fast per-instance attribute layout (up to 29 attributes in an instance dict)
     __slots__ = tuple("_" + k for k in PLATEAU_KEYS if k != "last_step")
+    spans = {"patience": MIN_VALUES, "hold": MIN_HOLD}
 
     def __init__(self, patience: int, hold: int, delta_mult: float, cooldown: int, signal: str) -> None:
         check_range("patience", patience, 2, None, integer=True)
@@ -187,7 +189,7 @@ class PlateauRule(Detector):
 
     def _what(self, gain: float, best: float, onset: int) -> str:
         """What the event says happened (the rule says why in ``because``)."""
-        return (f"{self.signal} has not improved by more than {factor(gain)} in {self.patience} steps "
+        return (f"{self.signal} has not improved by more than {factor(gain)} over {self.patience} values "
                 f"(best {math.exp(best):.4g}, plateau since step {onset})")
 
     def _fire(self, step: int, best: float, delta: float, because: str) -> Event | None:

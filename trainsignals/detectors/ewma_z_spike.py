@@ -12,6 +12,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ewma_jump import HOLD, MIN_RATIO, THRESHOLD, TRACK_KEYS, EWMAJump
+from ._interval import MIN_HOLD
 
 
 class EWMAZSpike(EWMAJump, Detector):
@@ -60,6 +61,7 @@ class EWMAZSpike(EWMAJump, Detector):
     """
 
     knob = Knob("threshold", 3.0, 30.0)
+    spans = {"hold": MIN_HOLD}
 
     _state_keys = (*TRACK_KEYS, "last_event")
 

@@ -85,7 +85,7 @@ class GradCollapseSlowdown(GradPlateauRule):
 
     def _what(self, gain: float, best: float, onset: int) -> str:
         before = self._hist[-self._q - 1] - self._hist[0]
-        return (f"{self.signal} improved only {factor(gain)} in the last {self.patience} steps after "
+        return (f"{self.signal} improved only {factor(gain)} over the last {self.patience} values after "
                 f"{factor(-before)} in the {self.patience} before (best {math.exp(best):.4g}, since step {onset})")
 
     def _fire_mask(self, blk: Block, ctx: dict[str, Any]) -> np.ndarray:

@@ -89,7 +89,7 @@ class GradLossDecoupling(CouplingLevels):
         trend = (f"the loss still fell {-100 * math.expm1(du):.3g}%" if du < 0 else
                  f"the loss changed {100 * math.expm1(du):+.2g}%")
         moved = "collapsed" if dg < 0 else "exploded"
-        msg = (f"grad_norm {moved} {math.exp(abs(dg)):.3g}x in {self.lag} steps (since step {onset}) while "
+        msg = (f"grad_norm {moved} {math.exp(abs(dg)):.3g}x over {self.lag} values (since step {onset}) while "
                f"{trend}: " + ("loss and gradients have decoupled" if falling else "the gradients are dying"))
         return make_event(kind, "warning", step, onset, type(self).__name__, "grad_norm",
                           abs(dg) / LN10, self.orders, msg)

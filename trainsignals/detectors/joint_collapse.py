@@ -85,7 +85,7 @@ class JointCollapse(CouplingLevels):
     def _event(self, step: int, ds: float, dus: float) -> Event:
         self._fired(step)
         onset = self._onset(True)
-        msg = (f"loss and grad_norm collapsed together in {self._span} steps (since step {onset}): the loss fell "
+        msg = (f"loss and grad_norm collapsed together over {self._span} values (since step {onset}): the loss fell "
                f"{math.exp(-dus):.3g}x and the grad norm {math.exp(-ds):.3g}x, too fast for learning: "
                "the model may have collapsed to one answer (labels of one class?)")
         return make_event(Kind.SILENT_COLLAPSE, "warning", step, onset, type(self).__name__, "loss",

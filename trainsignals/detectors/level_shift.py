@@ -12,6 +12,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ewma_jump import HOLD, MIN_RATIO, PEAK_RATIO, THRESHOLD, TRACK_KEYS, EWMAJump
+from ._interval import MIN_HOLD
 
 
 class LevelShift(EWMAJump, Detector):
@@ -65,6 +66,7 @@ class LevelShift(EWMAJump, Detector):
     """
 
     knob = Knob("min_ratio", 1.1, 1000.0)
+    spans = {"hold": MIN_HOLD}
 
     _state_keys = TRACK_KEYS
 

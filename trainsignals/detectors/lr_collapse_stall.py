@@ -14,6 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
+from ._interval import MIN_HOLD, MIN_VALUES
 from .frozen_update_plateau import RATIO_DECADES, TINY
 
 #: default fall that counts: the update ratio ``||dw|| / ||w||`` scales with the learning rate for
@@ -66,6 +67,7 @@ class LRCollapseStall(Detector):
 
     inputs = (Input("lr"),)
     knob = Knob("decades", 0.5, 6.0)
+    spans = {"window": MIN_VALUES, "hold": MIN_HOLD}
     _state_keys = ("hist", "fired", "quiet_until", "last_step")
 
     def __init__(self, decades: float = DECADES, window: int = WINDOW, hold: int = HOLD, cooldown: int = 0) -> None:

@@ -66,6 +66,8 @@ class UpdateRatioAboveBand(Detector):
     """
 
     knob = Knob("jump", 0.2, 5.0)
+    spans = {"settle": "warmup"}
+    rates = ("ref_alpha",)
 
     inputs = (Input("update_ratio"),)
     _state_keys = ("n", "level", "ref", "out", "onset", "quiet_until", "last_step")

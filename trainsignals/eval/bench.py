@@ -928,9 +928,9 @@ class BenchResult:
 
 
 def _as_logged(factory: Callable[..., Any], every: int) -> Callable[..., Any]:
-    """``factory`` for a run logged every ``every`` steps: the replay's plan, one row per ``every`` steps."""
+    """``factory`` for a run logged every ``every`` steps, as replay builds it: told the interval."""
     def build(total_steps: int | None = None) -> Any:
-        return factory(total_steps=None if total_steps is None else max(1, total_steps // every))
+        return factory(total_steps=total_steps, log_every=every)
 
     return build
 
@@ -1097,7 +1097,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-every", type=int, default=1, metavar="N",
                         help="score the runs as logged every N steps (the loss a block's mean, other signals "
                              "the block's last value, no per-layer signals), replayed as imported logs are: "
-                             "Monitor(total_steps=<rows logged>)")
+                             "Monitor(total_steps=<steps>, log_every=N)")
     parser.add_argument("--withhold", action="append", default=[], metavar="SIGNAL",
                         help="score the runs as if SIGNAL were never measured (repeatable; e.g. update_ratio, "
                              "layer_grad_norms): the targets then say how the Monitor does without it")
@@ -1145,7 +1145,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         from .calibrate import settings_from_file
 
         settings: dict[str, Any] = dict(settings_from_file(args.calibration))
-        factories["calibrated"] = lambda total_steps=None: Monitor(total_steps=total_steps, **settings)
+        factories["calibrated"] = lambda total_steps=None, log_every=1: Monitor(total_steps=total_steps,
+                                                                               log_every=log_every, **settings)
         sys.stderr.write(f"calibrated: {Path(args.calibration).name}'s values for {sorted(settings)}\n")
     if every > 1:
         curves = [c.sampled(every) for c in (curves if curves is not None else _load_suite(args.suite))]

@@ -459,7 +459,8 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
         source: A trace file (read with :func:`trainsignals.io.traces.read_trace`) or a
             ``pyarrow.Table`` in the trace schema.
         monitor: The Monitor to run (its state continues); default a fresh
-            ``Monitor(total_steps=<rows in the trace>)``.
+            ``Monitor(total_steps=<rows in the trace>)``; for a trace whose losses are logged every
+            N > 1 steps (the median gap), ``Monitor(total_steps=<steps it spans>, log_every=N)``.
         name: The report's ``source`` for a table (default ``"<table>"``).
 
     Returns:
@@ -487,16 +488,23 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
                 notes.append(f"damaged trace: {w.message}")
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     n = table.num_rows
-    if monitor is None:
-        monitor = Monitor(total_steps=n if n else None)
-    events: list[Event] = monitor.scan(**trace_signals(table)) if n else []
     steps = table.column("step").to_numpy() if n else np.zeros(0, np.int64)
     logged = np.unique(_measured(table, "loss")[0]) if n else steps
-    gap = int(np.median(np.diff(logged))) if len(logged) > 2 else 1
-    if gap > 1:
-        notes.append(f"one loss every {gap} steps (median): the rules count logged values, so their windows "
-                     f"span {gap}x as many steps, and a spike shorter than that is averaged away where the "
-                     "logger writes window means")
+    gap = max(1, int(np.median(np.diff(logged)))) if len(logged) > 2 else 1
+    if monitor is None:
+        # a log written every `gap` steps: the rules' spans cover the same steps in fewer values
+        span = int(steps[-1] - steps[0]) + gap if n and gap > 1 else n
+        monitor = Monitor(total_steps=span if span else None, log_every=gap)
+        if gap > 1:
+            notes.append(f"one loss every {gap} steps (median): replayed with Monitor(log_every={gap}), so the "
+                         "rules' windows cover the steps they cover at one value a step, down to the fewest "
+                         "values each rule needs; a spike shorter than a logging interval is averaged away "
+                         "where the logger writes window means")
+    elif gap > 1 and getattr(monitor, "log_every", 1) != gap:
+        notes.append(f"one loss every {gap} steps (median), replayed through a Monitor with "
+                     f"log_every={getattr(monitor, 'log_every', 1)}: the rules' windows count values, so they "
+                     f"span {gap}x as many steps")
+    events: list[Event] = monitor.scan(**trace_signals(table)) if n else []
     timeline = status_timeline(events, steps, _measured(table, "loss"), warmup=monitor.warmup,
                                recovery=monitor.recovery) if n else []
     return Report(

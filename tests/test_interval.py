@@ -1,0 +1,153 @@
+"""A stream logged every N steps: detectors' spans scaled to the interval (``interval_settings``, ``log_every``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trainsignals as ts
+from trainsignals.curves import standard_suite
+from trainsignals.detectors import Detector, Input, interval_settings
+from trainsignals.detectors._interval import MIN_VALUES, RATE_CAP
+from trainsignals.eval.bench import score
+from trainsignals.suite import SUITE_NAMES
+
+
+def _classes() -> list[type]:
+    out: list[type] = []
+    for name in SUITE_NAMES:
+        cls = type(ts.default_suite(calibrated=False)[name])
+        if cls not in out:
+            out.append(cls)
+    return out
+
+
+def test_one_value_a_step_changes_nothing() -> None:
+    for cls in _classes():
+        assert interval_settings(cls, 1, {"cooldown": 7}) == {"cooldown": 7}
+    assert ts.default_suite(total_steps=3000, log_every=1).keys() == ts.default_suite(total_steps=3000).keys()
+    for name, det in ts.default_suite(total_steps=3000, log_every=1).items():
+        assert repr(det) == repr(ts.default_suite(total_steps=3000)[name])
+
+
+def test_spans_shrink_to_the_same_steps_down_to_their_floor() -> None:
+    # the coupling rules' lag is 250 steps: 25 values at one every 10 steps, never fewer than MIN_VALUES
+    assert interval_settings(ts.GradLossDecoupling, 10)["lag"] == 25
+    assert interval_settings(ts.GradLossDecoupling, 100)["lag"] == MIN_VALUES
+    # a setting already below its floor stays as the user set it
+    assert interval_settings(ts.GradLossDecoupling, 100, {"lag": 5})["lag"] == 5
+    # a floor named by another parameter: the reference settles no sooner than the warm-up
+    s = interval_settings(ts.UpdateRatioAboveBand, 50, {"warmup": 12})
+    assert s["settle"] == 12 and s["warmup"] == 12
+    # other settings pass through untouched
+    assert interval_settings(ts.GradLossDecoupling, 10, {"orders": 2.0})["orders"] == 2.0
+
+
+def test_rates_keep_their_memory_in_steps_up_to_the_cap() -> None:
+    a = ts.GradLossDecoupling().alpha
+    assert interval_settings(ts.GradLossDecoupling, 2)["alpha"] == pytest.approx(1 - (1 - a) ** 2)
+    assert interval_settings(ts.GradLossDecoupling, 50)["alpha"] == pytest.approx(RATE_CAP)
+    # a rate already above the cap is never made slower
+    assert interval_settings(ts.GradLossDecoupling, 50, {"alpha": 0.5})["alpha"] == 0.5
+
+
+def test_sample_sizes_stay_in_values() -> None:
+    # windows of a statistic (a t-test's window, a peak's reference, a swing's robust scale) are sample
+    # sizes: their false-alarm rate at a threshold depends on how many values they hold
+    for cls in (ts.TrendDivergence, ts.PeakRatioSpike, ts.SwingRatioEdgeOfStability, ts.LostProgress):
+        assert interval_settings(cls, 10) == {}
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
+def test_a_bad_interval_is_refused_naming_it(bad: object) -> None:
+    with pytest.raises(ValueError, match="every"):
+        interval_settings(ts.GradLossDecoupling, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="log_every"):
+        ts.default_suite(log_every=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="log_every"):
+        ts.Monitor(log_every=bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(every=st.integers(1, 2000), total=st.one_of(st.none(), st.integers(1, 10**6)))
+def test_every_interval_builds_a_valid_default_suite_within_the_floors(every: int, total: int | None) -> None:
+    suite = ts.default_suite(total_steps=total, log_every=every)
+    plain = ts.default_suite(total_steps=total)
+    assert list(suite) == list(SUITE_NAMES)
+    for name, det in suite.items():
+        for p, least in type(det).spans.items():
+            v, before = getattr(det, p), getattr(plain[name], p)
+            floor = getattr(det, least) if isinstance(least, str) else least
+            assert min(floor, before) <= v <= before
+            assert v == max(min(floor, before), before // every)
+
+
+def test_the_stall_patience_is_ten_percent_of_the_run_in_steps() -> None:
+    # 10 % of 5,000 steps is 500 steps: 50 values at one every 10 steps, 10 at one every 50
+    assert ts.default_suite(total_steps=5000, log_every=10)["stall_grad_collapse"].patience == 50
+    assert ts.default_suite(total_steps=5000, log_every=50)["stall_grad_collapse"].patience == 10
+    assert ts.default_suite(total_steps=5000, log_every=500)["stall_grad_collapse"].patience == MIN_VALUES
+    # settings given by name are the user's, in values: not scaled
+    assert ts.default_suite(log_every=10, joint_collapse={"lag": 300})["joint_collapse"].lag == 300
+
+
+def test_the_monitor_keeps_its_interval_in_its_configuration() -> None:
+    mon = ts.Monitor(total_steps=2000, log_every=20)
+    assert mon.log_every == 20 and mon.config()["log_every"] == 20
+    assert mon.detectors["grad_decoupling"].lag == 12
+    rng = np.random.default_rng(3)
+    for i in range(30):
+        mon.update(step=20 * i, loss=float(np.exp(-i / 20 + rng.normal(0, 0.02))))
+    other = ts.Monitor(total_steps=2000, log_every=20)
+    other.load_state_dict(mon.state_dict())
+    assert other.state_dict() == mon.state_dict()
+    with pytest.raises(ValueError, match="log_every"):
+        ts.Monitor(total_steps=2000).load_state_dict(mon.state_dict())
+    # a snapshot written before the Monitor had log_every is one value a step
+    old = ts.Monitor(total_steps=2000).state_dict()
+    del old["config"]["log_every"]
+    ts.Monitor(total_steps=2000).load_state_dict(old)
+    with pytest.raises(ValueError, match="log_every"):
+        ts.Monitor(total_steps=2000, log_every=5).load_state_dict(old)
+
+
+def test_own_detectors_take_their_interval_when_built() -> None:
+    with pytest.raises(TypeError, match="log_every"):
+        ts.Monitor(suite=[ts.GradLossDecoupling()], log_every=10)
+
+    class Held(Detector):
+        """A user's rule declaring one span: the values a level must hold."""
+
+        inputs = (Input("loss"),)
+        spans = {"hold": 3}
+        _state_keys = ("n",)
+
+        def __init__(self, hold: int = 30) -> None:
+            self.hold = hold
+            self._reset()
+
+        def _reset(self) -> None:
+            self._n = 0
+
+        def _step(self, loss: float, step: int) -> None:
+            self._n += 1
+
+    assert interval_settings(Held, 10) == {"hold": 3}
+    assert Held(**interval_settings(Held, 10)).hold == 3
+
+
+def _right_kind_rate(scored: object, kind: str) -> float:
+    return float(scored.to_dict()["kinds"][kind]["rate"])  # type: ignore[attr-defined]
+
+
+def test_told_the_interval_a_stall_in_a_sparse_log_is_named_without_more_healthy_alarms() -> None:
+    """On a fresh draw of the synthetic suite (seed 11: no threshold was chosen on it), logged every 10 steps."""
+    curves = [c.sampled(10) for c in standard_suite(seed=11) if c.kind in ("stall", "healthy")]
+    told = score(lambda total_steps=None: ts.Monitor(total_steps=total_steps, log_every=10), curves)
+    rows = score(lambda total_steps=None: ts.Monitor(total_steps=None if total_steps is None else total_steps // 10),
+                 curves)
+    t, r = told.to_dict(), rows.to_dict()
+    assert _right_kind_rate(told, "stall") >= 0.4 > _right_kind_rate(rows, "stall") + 0.2
+    assert t["healthy_alarm_rate"] <= r["healthy_alarm_rate"] + 0.02

@@ -1,0 +1,78 @@
+"""Detectors on a stream logged every N steps: the same spans in steps, never fewer values than a rule needs.
+
+A detector counts values. At one value a step, a 250-value lag is 250 steps; in a log that
+holds one row every 50 steps (Hugging Face's ``logging_steps``, Lightning's
+``log_every_n_steps``) the same lag spans 12,500 steps, longer than many runs. A detector class
+says which of its constructor parameters are such spans (``spans``: the parameter and the
+fewest values the rule needs it to cover, a number or the name of another parameter) and which are EWMA weights per value (``rates``);
+:func:`interval_settings` turns a detector's settings for one value a step into settings for
+one value every ``every`` steps:
+
+* a span ``v`` becomes ``v // every`` values (rounded down, so a span that is a multiple of
+  another stays one), but not fewer than its floor (a setting
+  already below its floor stays as it is);
+* a rate ``a`` becomes ``1 - (1 - a) ** every``, the weight that forgets as much per logged
+  value as ``a`` does over ``every`` steps, but not more than ``max(a, RATE_CAP)``.
+
+Counts that are sample sizes rather than spans (a run of 4 rises, the warm-up of an EWMA
+before its first verdict, evaluations of the validation loss) stay as they are: those are
+counted in values whatever the interval. Thresholds stay too: they are relative to the run's
+own noise, which the detectors measure on the stream they are given.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from .._validate import check_range
+
+__all__ = ["MIN_HOLD", "MIN_VALUES", "RATE_CAP", "interval_settings"]
+
+#: the fewest values a window statistic is computed over: the smallest window the suite's window rules
+#: accept (:class:`~trainsignals.LjungBoxSawtooth` and the swing-ratio rules refuse fewer than 8)
+MIN_VALUES = 8
+#: the fewest values watched after a jump or held at a level: two halves of two values, so the second
+#: half is clear of a one-value excursion (a bad batch lands in one row of a window-mean log)
+MIN_HOLD = 4
+#: the largest EWMA weight a rate is scaled to: an EWMA of weight ``a`` averages about ``2 / a - 1``
+#: values, so 2 / 9 keeps MIN_VALUES of memory
+RATE_CAP = 2.0 / (MIN_VALUES + 1)
+
+
+def interval_settings(cls: type, every: int, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``settings`` of detector class ``cls`` (its defaults where absent) for one value every ``every`` steps.
+
+    Reads the class attributes ``spans`` (``{parameter: fewest values}``) and ``rates`` (EWMA
+    weights); returns ``settings`` with those parameters scaled as the module docstring says
+    (every other setting as given). ``every == 1`` returns ``settings`` unchanged.
+
+    Raises:
+        ValueError: ``every`` is not an integer >= 1.
+
+    Example:
+        >>> from trainsignals import GradLossDecoupling, TrendDivergence
+        >>> interval_settings(GradLossDecoupling, 10)       # lag 250 steps = 25 values
+        {'lag': 25, 'alpha': 0.2222222222222222}
+        >>> interval_settings(TrendDivergence, 50, {"threshold": 8.0})   # window 20 values, floor 8
+        {'threshold': 8.0, 'window': 8, 'noise_alpha': 0.2222222222222222}
+    """
+    check_range("every", every, 1, None, integer=True)
+    out = dict(settings or {})
+    if every == 1:
+        return out
+    params = inspect.signature(cls).parameters
+
+    def given(name: str) -> Any:
+        return out[name] if name in out else params[name].default
+
+    for name, least in getattr(cls, "spans", {}).items():
+        v, floor = given(name), given(least) if isinstance(least, str) else least
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[name] = max(min(v, floor), v // every)
+    for name in getattr(cls, "rates", ()):
+        a = given(name)
+        if isinstance(a, float) and 0.0 < a < 1.0:
+            out[name] = min(1.0 - (1.0 - a) ** every, max(a, RATE_CAP))
+    return out
