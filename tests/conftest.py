@@ -84,6 +84,12 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         lr = np.where(np.arange(n) < 330, 1e-3, 1e-4)
         lr[::9] = np.nan
         return {"lr": lr}
+    if isinstance(det, ts.UpdateGapStall):  # measured every 3rd step, none from 200 to 300, then every step
+        r = np.where(np.arange(n) % 3 == 0, 3e-4, np.nan) * np.exp(rng.normal(0, 0.2, n))
+        r[200:300] = np.nan
+        r[300:] = 3e-4
+        r[450:] = 0.0  # weights that stop changing give a ratio of 0
+        return {"loss": loss, "update_ratio": r}
     if isinstance(det, ts.LRJumpAnomaly):
         lr = np.full(n, 1e-3)
         lr[200:] = 0.1
@@ -152,6 +158,8 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "LRScheduleMismatch": lambda: ts.LRScheduleMismatch(step_decay_at_300),
     "LRCollapseStall": ts.LRCollapseStall,
     "LRCollapseStall-cooldown": lambda: ts.LRCollapseStall(window=30, hold=5, cooldown=60),
+    "UpdateGapStall": ts.UpdateGapStall,
+    "UpdateGapStall-cooldown": lambda: ts.UpdateGapStall(missing=5, cooldown=40),
     "UpdateRatioAboveBand": ts.UpdateRatioAboveBand,
     "UpdateRatioAboveBand-cooldown": lambda: ts.UpdateRatioAboveBand(cooldown=30),
     "UpdateRatioBelowBand": ts.UpdateRatioBelowBand,

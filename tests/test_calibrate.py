@@ -22,12 +22,13 @@ def _meets(name, param, value, curves, budget):
 
 
 def test_value_meets_budget_on_every_family_and_a_more_sensitive_one_does_not(healthy):
-    budget = 5.0  # the boundary then lies inside the knob's range on these 8 runs (2.0 fires 4 times)
-    row = cal.calibrate_entry("lr_anomaly", healthy, budget_per_10k=budget)
-    assert row.param == "jump_factor" and row.detector == "LRJumpAnomaly"
-    assert _meets("lr_anomaly", "jump_factor", row.value, healthy, budget)
+    budget = 5.0  # the boundary then lies inside the knob's range on these 8 runs (its sensitive end fires)
+    assert not _meets("early_climb", "noise_mult", 1.0, healthy, budget)
+    row = cal.calibrate_entry("early_climb", healthy, budget_per_10k=budget)
+    assert row.param == "noise_mult" and row.detector == "EarlyClimbDivergence"
+    assert _meets("early_climb", "noise_mult", row.value, healthy, budget)
     assert row.limit is None  # the budget decided: 5 % more sensitive breaks it on some family
-    assert not _meets("lr_anomaly", "jump_factor", row.value / 1.05, healthy, budget)
+    assert not _meets("early_climb", "noise_mult", row.value / 1.05, healthy, budget)
     assert row.steps == sum(len(c.steps) for c in healthy)
     assert row.per_10k <= budget
 

@@ -151,3 +151,30 @@ def test_told_the_interval_a_stall_in_a_sparse_log_is_named_without_more_healthy
     t, r = told.to_dict(), rows.to_dict()
     assert _right_kind_rate(told, "stall") >= 0.4 > _right_kind_rate(rows, "stall") + 0.2
     assert t["healthy_alarm_rate"] <= r["healthy_alarm_rate"] + 0.02
+
+
+def _restarts(steps: int, cycle: int, peak: float, warm: int) -> np.ndarray:
+    """Cosine with warm restarts down to 1 % of the peak, each cycle after a linear warm-up of ``warm`` steps.
+
+    (A cosine down to ~0 seen every 25 steps drops 20x or more between two logged values at the
+    end of a cycle: the drop rule's business, not the restart's.)
+    """
+    t = np.arange(steps) % cycle
+    up = peak * (t + 1) / warm
+    down = peak * (0.01 + 0.495 * (1 + np.cos(np.pi * (t - warm) / (cycle - warm))))
+    return np.where(t < warm, up, down)
+
+
+@pytest.mark.parametrize("every", [1, 7, 10, 25])
+def test_warm_restarts_seen_through_a_sparse_log_are_not_lr_anomalies(every: int) -> None:
+    rng = np.random.default_rng(every)
+    for _ in range(20):
+        cycle, warm = int(rng.integers(150, 600)), int(rng.integers(1, 40))
+        lr = _restarts(3000, cycle, float(10 ** rng.uniform(-4, -1)), warm)[every - 1::every]
+        assert ts.LRJumpAnomaly().scan(lr=lr) == [], (cycle, warm)
+
+
+def test_a_rate_set_in_the_wrong_unit_after_a_decay_is_still_an_lr_anomaly() -> None:
+    lr = _restarts(3000, 3000, 1e-3, 10)[9::10].copy()
+    lr[150:] = lr[149] * 1000                  # the decayed rate x1000: far above the peak
+    assert [e.step for e in ts.LRJumpAnomaly().scan(lr=lr)] == [150]

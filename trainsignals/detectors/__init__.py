@@ -31,6 +31,7 @@ from .simple import NonFinite
 from .swing_ratio_eos import SwingRatioEdgeOfStability
 from .top_share_collapse import TopShareCollapse
 from .trend_divergence import TrendDivergence
+from .update_gap_stall import UpdateGapStall
 from .update_ratio_above_band import UpdateRatioAboveBand
 from .update_ratio_below_band import UpdateRatioBelowBand
 from .val_metric_chance import ValMetricChance
@@ -62,6 +63,7 @@ __all__ = [
     "PeakRatioSpike",
     "RankOutliers",
     "TopShareCollapse",
+    "UpdateGapStall",
     "UpdateRatioAboveBand",
     "UpdateRatioBelowBand",
     "ValMetricChance",

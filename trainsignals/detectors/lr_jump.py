@@ -15,6 +15,10 @@ from ._ops import NEVER, first_true
 #: one-step change factor that fires: a step decay (x0.1, x0.5) stays below it; the former
 #: LRAnomaly's default since the core engine, not tuned on a suite
 JUMP_FACTOR = 20.0
+#: how far above the run's peak so far a warm restart may land: a log written every N steps sees the peak
+#: only at its logged steps, up to one interval of the schedule later, so the peak it saw may be below the
+#: one the restart returns to; 2x is the smallest step a step schedule takes (ReduceLROnPlateau's x0.5)
+RESTART_SLACK = 2.0
 #: steps without another event after one (the former LRAnomaly's 50 values, one value a step)
 COOLDOWN = 50
 
@@ -28,7 +32,8 @@ class LRJumpAnomaly(Detector):
     checkpoint loaded with a fresh scheduler. The rule fires when ``lr / previous`` is at least
     ``jump_factor`` or at most ``1 / jump_factor``; a drop to exactly 0 counts as an infinite
     drop. Two schedules do that on purpose and stay quiet: a warm restart (an upward jump back
-    to at most the run's peak so far) and a decay that ends at 0 (a drop to 0 while the rate was
+    to at most ``RESTART_SLACK`` = 2 times the run's peak so far: a sparse log sees the peak only
+    at its logged steps) and a decay that ends at 0 (a drop to 0 while the rate was
     already falling). After an event the rule is quiet for ``cooldown`` steps.
 
     Args:
@@ -77,8 +82,9 @@ class LRJumpAnomaly(Detector):
                     msg, value = f"lr dropped from {prev:.4g} to 0 without a decay", math.inf
             else:
                 r = lr / prev
-                if r >= self.jump_factor and lr > self._peak:
-                    msg, value = f"lr jumped {r:.3g}x to {lr:.4g}, above the run's peak {self._peak:.4g}", r
+                if r >= self.jump_factor and lr > RESTART_SLACK * self._peak:
+                    msg = f"lr jumped {r:.3g}x to {lr:.4g}, {lr / self._peak:.3g}x the run's peak {self._peak:.4g}"
+                    value = r
                 elif r <= 1.0 / self.jump_factor:
                     msg, value = f"lr dropped {1 / r:.3g}x to {lr:.4g} in one step", 1.0 / r
         if prev >= 0.0:

@@ -1,0 +1,157 @@
+"""UpdateGapStall: the update ratio stops coming while the loss keeps coming: the optimizer no longer steps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range
+from ._base import Detector, Input, Knob
+from ._interval import MIN_HOLD
+
+#: loss values without an update that fire at least: TorchWatcher's ``FROZEN_AFTER`` (twice its
+#: ``max_skipped`` default, since a loop's own conditions can skip a few steps), the same rule on a trace
+MISSING = 20
+#: the gap must also reach this many times the longest gap between two updates so far, plus one (the
+#: watcher's rule: a run that measures its update ratio every k steps has gaps of k - 1)
+LONGEST_MULT = 4
+#: updates seen before the rule is armed: two gaps between them, so the run's cadence is known
+ARM = 3
+
+
+class UpdateGapStall(Detector):
+    """Flags a stall when the weights stop changing: no update ratio while the loss keeps coming.
+
+    The update ratio ``||dw|| / ||w||`` is measured after an optimizer step. A run whose
+    optimizer no longer steps (a condition in the loop that skips ``optimizer.step()``, a
+    swallowed exception, an optimizer built over other parameters, weights frozen by mistake)
+    gives none, or a ratio of 0, while its loss keeps coming. The rule counts the loss values
+    since the latest positive, finite update ratio (an *update*) and fires when that count
+    reaches ``missing`` and :data:`LONGEST_MULT` times the longest such gap between two updates
+    so far, plus one, once :data:`ARM` updates came: the threshold is the run's own cadence (an
+    update ratio measured every 10 steps has gaps of 9; a gap reported as a stall does not count). A run that never gave an update ratio
+    is not watched.
+
+    The event is a ``stall`` warning whose ``onset_step`` is the first loss value without an
+    update. Once per gap: the rule re-arms when an update comes, and stays quiet for
+    ``cooldown`` steps after an event in any case.
+
+    Args:
+        missing: loss values without an update that fire at least, >= 1.
+        cooldown: steps after an event without another, >= 0.
+
+    Example:
+        The update ratio every step, then none from step 300 (the optimizer stopped stepping):
+
+        >>> import numpy as np
+        >>> ratio = np.r_[np.full(300, 1e-3), np.full(100, np.nan)]
+        >>> [(e.kind.value, e.step, e.onset_step) for e in UpdateGapStall().scan(loss=np.ones(400), update_ratio=ratio)]
+        [('stall', 319, 300)]
+        >>> ratio = np.where(np.arange(400) % 10 == 0, 1e-3, np.nan)  # measured every 10 steps: quiet
+        >>> UpdateGapStall().scan(loss=np.ones(400), update_ratio=ratio)
+        []
+    """
+
+    inputs = (Input("loss"), Input("update_ratio", required=False))
+    knob = Knob("missing", 2.0, 500.0)
+    spans = {"missing": MIN_HOLD}  # steps a loop may skip on its own: fewer values in a log written every N steps
+    _state_keys = ("seen", "unseen", "longest", "onset", "fired", "quiet_until", "last_step")
+
+    def __init__(self, missing: int = MISSING, cooldown: int = 0) -> None:
+        check_range("missing", missing, 1, None, integer=True)
+        check_range("cooldown", cooldown, 0, None, integer=True)
+        self.missing, self.cooldown = missing, cooldown
+        self._reset()
+
+    def _reset(self) -> None:
+        self._seen = 0       # updates so far
+        self._unseen = 0     # loss values since the latest update
+        self._longest = 0    # the longest gap between two updates so far
+        self._onset = -1     # the step of the first loss value without an update
+        self._fired = False  # this gap was reported
+        self._quiet_until = -1
+        self._last_step = -1
+
+    def _need(self) -> int:
+        """The gap that fires now."""
+        return max(self.missing, LONGEST_MULT * self._longest + 1)
+
+    def _step(self, loss: float, update_ratio: float, step: int) -> Event | None:
+        self._last_step = step
+        if loss - loss != 0.0:  # a loss that is not finite: the step is not counted
+            return None
+        if update_ratio > 0.0 and update_ratio - update_ratio == 0.0:  # an update: positive and finite
+            if self._seen and not self._fired:  # a gap reported as a stall is no measure of the cadence
+                self._longest = max(self._longest, self._unseen)
+            self._seen += 1
+            self._unseen = 0
+            self._onset = -1
+            self._fired = False
+            return None
+        if not self._seen:
+            return None
+        if not self._unseen:
+            self._onset = step
+        self._unseen += 1
+        need = self._need()
+        if self._fired or self._seen < ARM or self._unseen < need or step <= self._quiet_until:
+            return None
+        self._fired = True
+        self._quiet_until = step + self.cooldown if self.cooldown else -1
+        n = self._unseen
+        msg = (f"no update ratio for {n} loss values (since step {self._onset}; the longest gap before was "
+               f"{self._longest}): the weights stopped changing: optimizer.step() skipped by a condition, a "
+               "swallowed exception, weights frozen or missing from the optimizer?")
+        return make_event(Kind.STALL, "warning", step, self._onset, type(self).__name__, "update_ratio",
+                          float(n), float(need), msg)
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        """The rows before the first one that could fire, in one vectorised pass.
+
+        A row can fire only where the loss values since the latest update reach ``missing``
+        (the threshold is never lower); from there the scalar path decides. Rows whose loss is
+        not finite are not counted, as in :meth:`_step`.
+        """
+        loss, u = arrays[0][i:j], arrays[1][i:j]
+        ok = np.flatnonzero(np.isfinite(loss))
+        uo = u[ok]
+        m = len(ok)
+        with np.errstate(invalid="ignore"):
+            up = (uo > 0.0) & np.isfinite(uo)
+        idx = np.arange(m)
+        last = np.maximum.accumulate(np.where(up, idx, -1))
+        count = np.where(last >= 0, idx - last, self._unseen + idx + 1 if self._seen else 0)
+        late = count >= self.missing
+        if late.any():
+            c = int(np.argmax(late))
+            k = int(ok[c])
+        else:
+            c, k = m, j - i
+        if c:
+            self._advance(up[:c], steps[i + ok[:c]])
+        if k:
+            self._last_step = int(steps[i + k - 1])
+        return k
+
+    def _advance(self, up: np.ndarray, steps: np.ndarray) -> None:
+        """The state after counted rows at ``steps`` (``up`` marks the updates) that do not fire."""
+        pos = np.flatnonzero(up)
+        if len(pos):
+            gaps = np.diff(np.concatenate(([-1 - self._unseen], pos))) - 1
+            if not self._seen or self._fired:
+                gaps = gaps[1:]  # the rows before the first update are no gap, nor is a gap reported as a stall
+            if len(gaps):
+                self._longest = max(self._longest, int(gaps.max()))
+            self._seen += len(pos)
+            self._fired = False
+            self._unseen = len(up) - 1 - int(pos[-1])
+            self._onset = int(steps[pos[-1] + 1]) if self._unseen else -1
+        elif self._seen:
+            if not self._unseen:
+                self._onset = int(steps[0])
+            self._unseen += len(up)
+
+
+__all__ = ["UpdateGapStall"]
