@@ -153,28 +153,40 @@ def test_told_the_interval_a_stall_in_a_sparse_log_is_named_without_more_healthy
     assert t["healthy_alarm_rate"] <= r["healthy_alarm_rate"] + 0.02
 
 
-def _restarts(steps: int, cycle: int, peak: float, warm: int) -> np.ndarray:
-    """Cosine with warm restarts down to 1 % of the peak, each cycle after a linear warm-up of ``warm`` steps.
-
-    (A cosine down to ~0 seen every 25 steps drops 20x or more between two logged values at the
-    end of a cycle: the drop rule's business, not the restart's.)
-    """
+def _restarts(steps: int, cycle: int, peak: float, warm: int, floor: float) -> np.ndarray:
+    """Cosine with warm restarts down to ``floor`` x the peak, each cycle after a linear warm-up of ``warm`` steps."""
     t = np.arange(steps) % cycle
     up = peak * (t + 1) / warm
-    down = peak * (0.01 + 0.495 * (1 + np.cos(np.pi * (t - warm) / (cycle - warm))))
+    down = peak * (floor + (1 - floor) / 2 * (1 + np.cos(np.pi * (t - warm) / (cycle - warm))))
     return np.where(t < warm, up, down)
 
 
 @pytest.mark.parametrize("every", [1, 7, 10, 25])
 def test_warm_restarts_seen_through_a_sparse_log_are_not_lr_anomalies(every: int) -> None:
+    # down to 1 % or to 0: seen every 25 steps, a cosine to 0 drops 20x or more between its last logged values
     rng = np.random.default_rng(every)
     for _ in range(20):
         cycle, warm = int(rng.integers(150, 600)), int(rng.integers(1, 40))
-        lr = _restarts(3000, cycle, float(10 ** rng.uniform(-4, -1)), warm)[every - 1::every]
-        assert ts.LRJumpAnomaly().scan(lr=lr) == [], (cycle, warm)
+        floor = float(rng.choice([0.0, 0.01]))
+        lr = _restarts(3000, cycle, float(10 ** rng.uniform(-4, -1)), warm, floor)[every - 1::every]
+        assert ts.LRJumpAnomaly().scan(lr=lr) == [], (cycle, warm, floor)
+
+
+@pytest.mark.parametrize("floor", [0.0, 0.01])
+def test_a_rate_cut_in_the_middle_of_a_decay_is_still_an_lr_anomaly(floor: float) -> None:
+    lr = _restarts(3000, 3000, 1e-3, 10, floor)[9::10].copy()
+    lr[120:] /= 100                            # falling by ~1e-6 a value, then by ~5e-4 at once
+    assert [e.step for e in ts.LRJumpAnomaly().scan(lr=lr)] == [120]
+
+
+def test_a_cut_after_a_step_decay_is_still_an_lr_anomaly() -> None:
+    # a step decay takes 7.5e-3 off; the cut after it takes less, but the rate held in between
+    lr = np.repeat([1e-2, 2.5e-3, 2.5e-5], 50)
+    assert [e.step for e in ts.LRJumpAnomaly().scan(lr=lr)] == [100]
+    assert [e.step for e in ts.LRJumpAnomaly().scan(lr=lr[9::10])] == [10]
 
 
 def test_a_rate_set_in_the_wrong_unit_after_a_decay_is_still_an_lr_anomaly() -> None:
-    lr = _restarts(3000, 3000, 1e-3, 10)[9::10].copy()
+    lr = _restarts(3000, 3000, 1e-3, 10, 0.01)[9::10].copy()
     lr[150:] = lr[149] * 1000                  # the decayed rate x1000: far above the peak
     assert [e.step for e in ts.LRJumpAnomaly().scan(lr=lr)] == [150]

@@ -55,8 +55,8 @@ def interval_settings(cls: type, every: int, settings: Mapping[str, Any] | None 
         >>> from trainsignals import GradLossDecoupling, TrendDivergence
         >>> interval_settings(GradLossDecoupling, 10)       # lag 250 steps = 25 values
         {'lag': 25, 'alpha': 0.2222222222222222}
-        >>> interval_settings(TrendDivergence, 50, {"threshold": 8.0})   # window 20 values, floor 8
-        {'threshold': 8.0, 'window': 8, 'noise_alpha': 0.2222222222222222}
+        >>> interval_settings(TrendDivergence, 50, {"threshold": 8.0})   # a sample-size window: as given
+        {'threshold': 8.0}
     """
     check_range("every", every, 1, None, integer=True)
     out = dict(settings or {})

@@ -15,10 +15,11 @@ from ._ops import NEVER, first_true
 #: one-step change factor that fires: a step decay (x0.1, x0.5) stays below it; the former
 #: LRAnomaly's default since the core engine, not tuned on a suite
 JUMP_FACTOR = 20.0
-#: how far above the run's peak so far a warm restart may land: a log written every N steps sees the peak
-#: only at its logged steps, up to one interval of the schedule later, so the peak it saw may be below the
-#: one the restart returns to; 2x is the smallest step a step schedule takes (ReduceLROnPlateau's x0.5)
-RESTART_SLACK = 2.0
+#: how far a schedule's own move may exceed what the rate showed before: a log written every N steps sees
+#: the rate only at its logged steps, so a warm restart may land above the peak it saw, and the end of a
+#: decay to 0 may drop further than the decay's last logged step did; 2x is the smallest step a step
+#: schedule takes (ReduceLROnPlateau's x0.5)
+SLACK = 2.0
 #: steps without another event after one (the former LRAnomaly's 50 values, one value a step)
 COOLDOWN = 50
 
@@ -32,9 +33,12 @@ class LRJumpAnomaly(Detector):
     checkpoint loaded with a fresh scheduler. The rule fires when ``lr / previous`` is at least
     ``jump_factor`` or at most ``1 / jump_factor``; a drop to exactly 0 counts as an infinite
     drop. Two schedules do that on purpose and stay quiet: a warm restart (an upward jump back
-    to at most ``RESTART_SLACK`` = 2 times the run's peak so far: a sparse log sees the peak only
-    at its logged steps) and a decay that ends at 0 (a drop to 0 while the rate was
-    already falling). After an event the rule is quiet for ``cooldown`` steps.
+    to at most :data:`SLACK` = 2 times the run's peak so far: a sparse log sees the peak only at
+    its logged steps) and a decay that ends at 0 (a drop to 0 while the rate was already
+    falling, or a drop by at most :data:`SLACK` times the fall of the value before: a linear or
+    cosine decay's last logged steps fall by a large factor, not by a large amount; a step
+    schedule, which holds its rate between steps, has no such fall). After an event the rule is
+    quiet for ``cooldown`` steps.
 
     Args:
         jump_factor: one-step change factor that fires, > 1.
@@ -50,7 +54,7 @@ class LRJumpAnomaly(Detector):
 
     inputs = (Input("lr"),)
     knob = Knob("jump_factor", 2.0, 1000.0)
-    _state_keys = ("prev", "peak", "decaying", "quiet_until", "last_step")
+    _state_keys = ("prev", "peak", "decaying", "fall", "quiet_until", "last_step")
 
     def __init__(self, jump_factor: float = JUMP_FACTOR, cooldown: int = COOLDOWN) -> None:
         check_range("jump_factor", jump_factor, 1, None, lo_open=True)
@@ -63,6 +67,7 @@ class LRJumpAnomaly(Detector):
         self._prev = -1.0  # the previous usable rate (-1: none yet)
         self._peak = 0.0
         self._decaying = False  # whether the last change was downward
+        self._fall = 0.0  # how much the previous value took off the rate (0: it did not fall)
         self._quiet_until = NEVER
         self._last_step = -1
 
@@ -73,6 +78,7 @@ class LRJumpAnomaly(Detector):
         prev = self._prev
         if lr == prev:
             self._prev = lr  # the same rate again (as given: a -0.0 after a 0.0 stays -0.0)
+            self._fall = 0.0  # held: a step schedule, not a decay at every value
             return None
         msg = None
         value = 0.0
@@ -82,13 +88,14 @@ class LRJumpAnomaly(Detector):
                     msg, value = f"lr dropped from {prev:.4g} to 0 without a decay", math.inf
             else:
                 r = lr / prev
-                if r >= self.jump_factor and lr > RESTART_SLACK * self._peak:
+                if r >= self.jump_factor and lr > SLACK * self._peak:
                     msg = f"lr jumped {r:.3g}x to {lr:.4g}, {lr / self._peak:.3g}x the run's peak {self._peak:.4g}"
                     value = r
-                elif r <= 1.0 / self.jump_factor:
+                elif r <= 1.0 / self.jump_factor and prev - lr > SLACK * self._fall:
                     msg, value = f"lr dropped {1 / r:.3g}x to {lr:.4g} in one step", 1.0 / r
         if prev >= 0.0:
             self._decaying = lr < prev
+            self._fall = prev - lr if lr < prev else 0.0
         self._prev = lr
         if lr > self._peak:
             self._peak = lr
@@ -116,6 +123,7 @@ class LRJumpAnomaly(Detector):
             if len(changed):
                 c = changed[-1]
                 self._decaying = bool(seg[c] < prev[c])
+            self._fall = float(prev[k - 1] - seg[k - 1]) if seg[k - 1] < prev[k - 1] else 0.0
             self._peak = max(self._peak, float(seg.max()))
             self._prev = float(seg[-1])
             self._last_step = int(steps[i + k - 1])
