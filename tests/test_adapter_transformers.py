@@ -13,6 +13,7 @@ The 2-process DDP test runs this file as a script under ``torch.distributed.run`
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib.util
 import json
 import math
@@ -482,10 +483,14 @@ def test_torch_compile(tmp_path: Path) -> None:
 # DDP: 2 processes, gloo, CPU
 # ----------------------------------------------------------------------------------------
 DDP_FAULT = 15
+DDP_HANG_S = 420   # a rank's whole job takes 15-30 s here, on a loaded 2-core machine
 
 
 def ddp_job(out: Path) -> None:
     """One rank of the DDP test: rank 1's loss (only its reported value) is NaN at ``DDP_FAULT``."""
+    # a rank still running after DDP_HANG_S prints where each of its threads is and exits: a hang shows
+    # in the test's failure, not as the test's timeout
+    faulthandler.dump_traceback_later(DDP_HANG_S, exit=True)
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
@@ -503,14 +508,15 @@ def ddp_job(out: Path) -> None:
     if torch.distributed.is_initialized():  # leave no communication thread running at exit
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
 
 
 def test_one_ranks_critical_event_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            __file__, "--ddp-job", str(tmp_path)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)  # two ranks importing torch and transformers on a loaded 2-core machine
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=DDP_HANG_S + 180)
+    assert done.returncode == 0, done.stderr[-12000:]   # a hung rank's threads, if one hung
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["world"] == r1["world"] == 2
     assert r1["critical"][0] == ["nonfinite", DDP_FAULT]       # rank 1 saw its NaN loss
