@@ -189,6 +189,24 @@ def test_replay_of_a_sparse_log_builds_the_monitor_for_its_interval(tmp_path: Pa
     assert dicts(rep.events) == dicts(told.scan(step=every, loss=c.loss[every], grad_norm=c.grad_norm[every]))
 
 
+def test_replay_takes_the_interval_and_length_it_is_told(tmp_path: Path) -> None:
+    c = generate("stall", 1, "easy")
+    every = np.arange(0, c.total_steps, 10)
+    uneven = np.sort(np.concatenate([every, every[1::2] + 3]))   # steps 0, 10, 13, 20, 30, 33...: median gap 3 or 7
+    sig = dict(step=uneven, loss=c.loss[uneven], grad_norm=c.grad_norm[uneven])
+    write_trace(tmp_path / "u.arrow", **sig)
+    rep = replay(tmp_path / "u.arrow", log_every=10, total_steps=5000)
+    told = ts.Monitor(total_steps=5000, log_every=10)
+    assert dicts(rep.events) == dicts(told.scan(**sig))
+    assert any("log_every=10) as asked" in note for note in rep.notes)
+    guessed = replay(tmp_path / "u.arrow")
+    assert not any("as asked" in note for note in guessed.notes)
+    with pytest.raises(ValueError, match="log_every"):
+        replay(tmp_path / "u.arrow", ts.Monitor(), log_every=10)
+    with pytest.raises(ValueError, match="total_steps"):
+        replay(tmp_path / "u.arrow", total_steps=0)
+
+
 # -- verdicts -----------------------------------------------------------------------------------
 
 

@@ -62,6 +62,21 @@ def test_replay_exit_codes(runs: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "could not be read" in capsys.readouterr().out
 
 
+def test_replay_is_told_the_logging_interval_and_run_length(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sig = healthy(4000)
+    sparse = {k: v[::50] for k, v in sig.items()}
+    write_trace(runs / "d_sparse.arrow", **sparse)
+    assert run("replay", str(runs / "d_sparse.arrow"), "--json") == 0
+    guessed = json.loads(capsys.readouterr().out)["runs"][0]
+    assert any("log_every=50" in n for n in guessed["notes"])
+    assert run("replay", str(runs / "d_sparse.arrow"), "--json", "--log-every", "25", "--total-steps", "8000") == 0
+    told = json.loads(capsys.readouterr().out)["runs"][0]
+    assert any("log_every=25) as asked" in n for n in told["notes"])
+    for flag in ("--log-every", "--total-steps"):
+        assert run("replay", str(runs / "d_sparse.arrow"), flag, "0") == 3
+        assert f"{flag} must be >= 1" in capsys.readouterr().err
+
+
 def test_replay_json_and_markdown(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run("replay", str(runs), "--json", "--processes", "1") == 2
     doc = json.loads(capsys.readouterr().out)

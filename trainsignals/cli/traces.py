@@ -87,6 +87,7 @@ def add_trace_commands(subparsers: Any) -> None:
     r.add_argument("--progress", action="store_true",
                    help="show a progress bar on stderr (default: only when stderr is a terminal)")
     _import_options(r, TOOLS)
+    _monitor_options(r)
     r.set_defaults(func=_replay_cmd)
 
     p = subparsers.add_parser(
@@ -98,6 +99,7 @@ def add_trace_commands(subparsers: Any) -> None:
     p.add_argument("-o", "--output", required=True, help="PNG to write")
     p.add_argument("--dpi", type=int, default=110, help="resolution (default 110)")
     _import_options(p, TOOLS)
+    _monitor_options(p)
     p.set_defaults(func=_plot_cmd)
 
     w = subparsers.add_parser(
@@ -139,6 +141,14 @@ def _import_options(parser: argparse.ArgumentParser, tools: Sequence[str]) -> No
                              "OURS= skips a signal (default: each tool's usual names)")
     parser.add_argument("--run-index", type=int, default=-1, metavar="N",
                         help="which run of a log holding several (the step restarts); default the last (-1)")
+
+
+def _monitor_options(parser: argparse.ArgumentParser) -> None:
+    """``--log-every`` and ``--total-steps``: what the default Monitor is told about the run."""
+    parser.add_argument("--log-every", type=int, default=None, metavar="N",
+                        help="steps between two logged values (default: the median gap between the losses)")
+    parser.add_argument("--total-steps", type=int, default=None, metavar="N",
+                        help="the run's length in steps (default: the steps the log spans)")
 
 
 # -- replay -------------------------------------------------------------------------------
@@ -197,13 +207,15 @@ def _replay_cmd(args: argparse.Namespace) -> int:
     if not files:
         err.print(f"[red]error:[/] no traces or logs in {', '.join(args.paths)}")
         return EXIT_UNREADABLE
-    if args.processes is not None and args.processes < 1:
-        err.print("[red]error:[/] --processes must be >= 1")
-        return EXIT_UNREADABLE
+    for flag, given in (("--processes", args.processes), ("--log-every", args.log_every),
+                        ("--total-steps", args.total_steps)):
+        if given is not None and given < 1:
+            err.print(f"[red]error:[/] {flag} must be >= 1")
+            return EXIT_UNREADABLE
     processes = args.processes if args.processes is not None else (1 if len(files) == 1 else None)
     progress = True if args.progress else (len(files) > 1 and sys.stderr.isatty())
     reports = replay_many(files, processes=processes, progress=progress, tool=args.tool, mapping=mapping or None,
-                          run_index=args.run_index)
+                          run_index=args.run_index, log_every=args.log_every, total_steps=args.total_steps)
     code = max(r.exit_code for r in reports)
     if args.json:
         print(json.dumps({"exit_code": code, "runs": [r.to_dict() for r in reports]}, indent=2, default=str))
@@ -233,7 +245,8 @@ def _plot_cmd(args: argparse.Namespace) -> int:
         from trainsignals.io.report import replay_source
 
         mapping = _parse_map(args.map)
-        report = replay_source(args.path, tool=args.tool, mapping=mapping or None, run_index=args.run_index)
+        report = replay_source(args.path, tool=args.tool, mapping=mapping or None, run_index=args.run_index,
+                               log_every=args.log_every, total_steps=args.total_steps)
         plot_run(report, output=args.output, dpi=args.dpi)
     except ImportError as exc:
         err.print(f"[red]error:[/] plotting needs matplotlib: pip install 'trainsignals[plot]' ({exc})")

@@ -32,6 +32,7 @@ import numpy as np
 
 from trainsignals._events import Event, Kind
 from trainsignals._monitor import Monitor
+from trainsignals._validate import check_range
 from trainsignals.status import RANK, state_of
 
 if TYPE_CHECKING:
@@ -449,7 +450,7 @@ def _measured(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = None, *,
-           name: str | None = None) -> Report:
+           name: str | None = None, log_every: int | None = None, total_steps: int | None = None) -> Report:
     """Replay a trace through a Monitor and report what it finds.
 
     Runs ``monitor.scan(**trace_signals(table))``: the vectorised batch path, which gives
@@ -462,6 +463,11 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
             ``Monitor(total_steps=<rows in the trace>)``; for a trace whose losses are logged every
             N > 1 steps (the median gap), ``Monitor(total_steps=<steps it spans>, log_every=N)``.
         name: The report's ``source`` for a table (default ``"<table>"``).
+        log_every: For the default Monitor: the steps between two logged values, instead of the
+            median gap between the trace's losses (for a log whose gaps vary, or whose steps
+            count something else than optimizer steps).
+        total_steps: For the default Monitor: the run's length in steps, instead of the steps the
+            trace spans (for a log of part of a run).
 
     Returns:
         The :class:`Report`. A damaged (truncated) file is replayed as far as it is complete,
@@ -470,11 +476,18 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
     Raises:
         trainsignals.io.traces.TraceFormatError: the file is not a trace.
         OSError: the file cannot be opened.
+        ValueError: ``log_every`` or ``total_steps`` given with a ``monitor`` (it has its own), or
+            not an integer >= 1.
     """
     import pyarrow as pa
 
     from trainsignals.io.traces import TraceDamagedWarning, read_trace, trace_metadata, trace_signals
 
+    for pname, given in (("log_every", log_every), ("total_steps", total_steps)):
+        if given is not None:
+            if monitor is not None:
+                raise ValueError(f"{pname} is for the default Monitor; the monitor given has its own")
+            check_range(pname, given, 1, None, integer=True)
     notes: list[str] = []
     if isinstance(source, pa.Table):
         table, label = source, name or "<table>"
@@ -492,10 +505,14 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
     logged = np.unique(_measured(table, "loss")[0]) if n else steps
     gap = max(1, int(np.median(np.diff(logged)))) if len(logged) > 2 else 1
     if monitor is None:
-        # a log written every `gap` steps: the rules' spans cover the same steps in fewer values
-        span = int(steps[-1] - steps[0]) + gap if n and gap > 1 else n
-        monitor = Monitor(total_steps=span if span else None, log_every=gap)
-        if gap > 1:
+        # a log written every `every` steps: the rules' spans cover the same steps in fewer values
+        every = gap if log_every is None else log_every
+        span = int(steps[-1] - steps[0]) + every if n and every > 1 else n
+        monitor = Monitor(total_steps=total_steps or span or None, log_every=every)
+        if log_every is not None and log_every != gap:
+            notes.append(f"replayed with Monitor(log_every={log_every}) as asked; the median gap between the "
+                         f"trace's losses is {gap} steps")
+        elif every > 1:
             notes.append(f"one loss every {gap} steps (median): replayed with Monitor(log_every={gap}), so the "
                          "rules' windows cover the steps they cover at one value a step, down to the fewest "
                          "values each rule needs; a spike shorter than a logging interval is averaged away "
@@ -669,7 +686,8 @@ def expand_sources(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[st
 
 
 def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None, *, tool: str | None = None,
-                  mapping: dict[str, str | None] | None = None, run_index: int = -1) -> Report:
+                  mapping: dict[str, str | None] | None = None, run_index: int = -1,
+                  log_every: int | None = None, total_steps: int | None = None) -> Report:
     """Replay a trace or any log the importers read (:func:`trainsignals.io.importers.import_run`).
 
     A trace is replayed with :func:`replay`. Another tool's log is imported, checked for a
@@ -683,6 +701,8 @@ def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None
         tool: The log's format (``import_run``'s ``tool``); None detects it.
         mapping: Signal -> column overrides for a log (``{"loss": "train/box_loss"}``).
         run_index: Which run of a log holding several (default the last).
+        log_every: As for :func:`replay`.
+        total_steps: As for :func:`replay`.
 
     Returns:
         The :class:`Report`, with the trace as ``table``.
@@ -694,9 +714,9 @@ def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None
         ValueError, FileNotFoundError, ImportError: the importer's errors.
     """
     if is_trace(source) and tool is None and not mapping:
-        return replay(source, monitor)
+        return replay(source, monitor, log_every=log_every, total_steps=total_steps)
     table, notes = import_trace(source, tool=tool, mapping=mapping, run_index=run_index)
-    rep = replay(table, monitor, name=os.fspath(source))
+    rep = replay(table, monitor, name=os.fspath(source), log_every=log_every, total_steps=total_steps)
     rep.notes = [*notes, *rep.notes]
     return rep
 
@@ -737,12 +757,13 @@ def import_trace(source: str | os.PathLike[str], *, tool: str | None = None,
 
 
 def _replay_file(path: str, tool: str | None = None, mapping: dict[str, str | None] | None = None,
-                 run_index: int = -1) -> Report:
+                 run_index: int = -1, log_every: int | None = None, total_steps: int | None = None) -> Report:
     """Replay one source for :func:`replay_many`: an unreadable one becomes a report saying why."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # damage is in the report's notes
-            rep = replay_source(path, tool=tool, mapping=mapping, run_index=run_index)
+            rep = replay_source(path, tool=tool, mapping=mapping, run_index=run_index, log_every=log_every,
+                                total_steps=total_steps)
     except Exception as exc:  # TraceFormatError, NoSignalError, OSError, pyarrow's errors on a damaged file...
         return Report(source=path, error=f"{type(exc).__name__}: {exc}", final_status="unknown")
     rep.table = None
@@ -758,6 +779,8 @@ def replay_many(
     tool: str | None = None,
     mapping: dict[str, str | None] | None = None,
     run_index: int = -1,
+    log_every: int | None = None,
+    total_steps: int | None = None,
 ) -> list[Report]:
     """Replay many traces and logs, in parallel.
 
@@ -771,13 +794,15 @@ def replay_many(
         executor: Any ``concurrent.futures.Executor`` to replay on instead of a local process
             pool: a ``ProcessPoolExecutor`` or ``ThreadPoolExecutor``, a Dask
             ``distributed.Client(...).get_executor()``, an MPI or Ray pool exposing the same
-            interface. Each task is ``_replay_file(path, tool, mapping, run_index)`` (module
+            interface. Each task is ``_replay_file(path, tool, mapping, run_index, ...)`` (module
             level, picklable) and returns a small :class:`Report`, so workers need
             trainsignals installed and the files at the same paths. The executor is not
             shut down.
         tool: The format of the logs (``import_run``'s ``tool``); None detects each.
         mapping: Signal -> column overrides applied to every log (not to traces).
         run_index: Which run of a log holding several (default the last).
+        log_every: As for :func:`replay`, for every source.
+        total_steps: As for :func:`replay`, for every source.
 
     Returns:
         One :class:`Report` per source, in input order (folders sorted by name). A source that
@@ -787,7 +812,7 @@ def replay_many(
 
     Raises:
         FileNotFoundError: a path does not exist.
-        ValueError: ``processes`` < 1.
+        ValueError: ``processes`` < 1, or ``log_every``/``total_steps`` not an integer >= 1.
     """
     import sys
     from concurrent.futures import as_completed
@@ -796,9 +821,13 @@ def replay_many(
     files = [os.fspath(p) for p in expand_sources(paths_or_dir)]
     if processes is not None and processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
+    for pname, given in (("log_every", log_every), ("total_steps", total_steps)):
+        if given is not None:
+            check_range(pname, given, 1, None, integer=True)
     if progress is None:
         progress = sys.stderr.isatty()
-    task_fn = partial(_replay_file, tool=tool, mapping=dict(mapping) if mapping else None, run_index=run_index)
+    task_fn = partial(_replay_file, tool=tool, mapping=dict(mapping) if mapping else None, run_index=run_index,
+                      log_every=log_every, total_steps=total_steps)
     workers = min(processes or os.cpu_count() or 1, max(len(files), 1))
     results: list[Report | None] = [None] * len(files)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
