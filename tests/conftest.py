@@ -116,6 +116,14 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         loss = loss.copy()
         loss[500:] *= 1.3 ** np.minimum(np.arange(n - 500), 40)
         return {"loss": loss}
+    if isinstance(det, ts.ConfirmedZSpike):  # lone 20x spikes, one with the loss up 3x; a 20x step that stays
+        g = np.exp(rng.normal(0, 0.1, n))
+        g[[150, 250]] *= 20.0
+        g[400:] *= 20.0
+        x = loss.copy()
+        x[250] *= 3.0
+        x[::7] = np.nan
+        return {"grad_norm": g, "loss": x}
     if isinstance(det, (ts.PeakRatioSpike, ts.LevelShift)):  # a 30x spike, then a 20x step that stays
         x = loss.copy()
         x[150] *= 20.0
@@ -143,6 +151,9 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "TrendDivergence": ts.TrendDivergence,
     "LostProgress": ts.LostProgress,
     "EWMAZSpike": ts.EWMAZSpike,
+    "ConfirmedZSpike": lambda: ts.ConfirmedZSpike(threshold=6.0, min_ratio=10.0),
+    "ConfirmedZSpike-linear-both-cooldown": lambda: ts.ConfirmedZSpike(log=False, direction="both", threshold=4.0,
+                                                                       min_ratio=1.2, cooldown=30),
     "EWMAZSpike-linear-both": lambda: ts.EWMAZSpike(log=False, direction="both", threshold=4.0, min_ratio=1.2),
     "LevelShift": lambda: ts.LevelShift(hold=5),
     "LevelShift-linear-both": lambda: ts.LevelShift(log=False, direction="both", threshold=4.0, min_ratio=1.2),

@@ -22,6 +22,7 @@ from ._version import __version__  # noqa: E402
 from .detectors import (  # noqa: E402
     AbruptPlateau,
     BreakoutOverfitting,
+    ConfirmedZSpike,
     Detector,
     DetectorProtocol,
     EarlyClimbDivergence,
@@ -76,6 +77,7 @@ __all__ = [
     "FrozenUpdatePlateau",
     "GradCollapsePlateau",
     "GradCollapseSlowdown",
+    "ConfirmedZSpike",
     "EWMAZSpike",
     "EventPolicy",
     "Input",

@@ -5,6 +5,7 @@ from ._interval import interval_settings
 from .abrupt_plateau import AbruptPlateau
 from .breakout_overfitting import BreakoutOverfitting
 from .climb_overfitting import MemorisationClimbOverfitting
+from .confirmed_z_spike import ConfirmedZSpike
 from .early_climb import EarlyClimbDivergence
 from .ewma_z_spike import EWMAZSpike
 from .flat_fraction_saturation import FlatFractionSaturation
@@ -46,6 +47,7 @@ __all__ = [
     "FrozenUpdatePlateau",
     "GradCollapsePlateau",
     "GradCollapseSlowdown",
+    "ConfirmedZSpike",
     "EWMAZSpike",
     "FlatFractionSaturation",
     "Input",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,7 +101,9 @@ class EWMAJump:
 
     The host sets ``threshold``, ``min_ratio``, ``log``, ``direction`` and ``hold`` before
     calling :meth:`_track_init`, lists :data:`TRACK_KEYS` in its ``_state_keys``, calls
-    :meth:`_track_reset` from ``_reset``, and implements ``_on_jump`` and ``_on_stayed``.
+    :meth:`_track_reset` from ``_reset``, and implements ``_on_jump`` and ``_on_stayed`` (and may
+    implement ``_on_watched``, called with each value of the watch). The mixin's ``_step`` is
+    :meth:`_track_step`; a host that reads more inputs defines its own and calls it.
     """
 
     # the state in slots: a host's other attributes then stay few enough for CPython's fast
@@ -137,6 +139,10 @@ class EWMAJump:
 
     def _on_stayed(self, level: float, ref: float, onset: int, step: int) -> Event | None:
         raise NotImplementedError
+
+    def _on_watched(self, y: float, step: int) -> Event | None:
+        """A value of the watch after a jump (``y`` in the tracker's units: ``log(x)`` in log mode)."""
+        return None
 
     def _track_init(self, peak_ratio: float | None = None) -> None:
         # the peak test's ring buffer; maxlen 0 (appends discard) when the test is off
@@ -178,8 +184,8 @@ class EWMAJump:
         self._n = n + 1
         self._has_pending = False
 
-    def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
-        """One value: the quiet case inline, anything else through :meth:`_judge`."""
+    def _track_step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
+        """One value: the quiet case inline, anything else through :meth:`_judge` (the host's ``_step``)."""
         self._last_step = step
         lg = self.log
         if x - x != 0.0 or (lg and x <= 0.0):
@@ -212,6 +218,9 @@ class EWMAJump:
             return None
         return self._judge(x, y, d, z, scale, step)
 
+    #: the host's per-step entry (a host that reads more inputs defines its own and calls _track_step)
+    _step: Callable[..., Event | list[Event] | None] = _track_step
+
     def _judge(self, x: float, y: float, d: float, z: float, scale: float, step: int) -> Event | None:
         mean, k, h = self._mean, self._k, self._h
         anomalous, sign = False, 1.0
@@ -233,6 +242,7 @@ class EWMAJump:
         if watching:
             self._ep.append(y)
             self._ep_left -= 1
+            ev = self._on_watched(y, step)
         if not anomalous:
             self._run = 0
             if self._has_pending:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -63,7 +63,7 @@ class EWMAZSpike(EWMAJump, Detector):
     knob = Knob("threshold", 3.0, 30.0)
     spans = {"hold": MIN_HOLD}
 
-    _state_keys = (*TRACK_KEYS, "last_event")
+    _state_keys: ClassVar[tuple[str, ...]] = (*TRACK_KEYS, "last_event")
 
     def __init__(self, signal: str = "loss", kind: str = "loss_spike", threshold: float = THRESHOLD,
                  min_ratio: float = MIN_RATIO, direction: str = "up", log: bool = True, cooldown: int = 0,

@@ -28,7 +28,7 @@ class PeakRatioSpike(Detector):
     ``onset_step`` is its own step. Nothing fires until 20 values were seen; non-finite and
     non-positive values are skipped. With ``min_ratio > 1`` the value must also be a jump of that
     factor over the signal's level, an EWMA of ``log(x)`` (weight 0.1, as the z-rule's level):
-    a grad norm 5x its recent peak but less than 10x its level is not an explosion.
+    the default suite's ``grad_peak`` asks a grad norm for 100x (orders of magnitude in one value).
 
     **Re-arm.** The spike joins the window, so a level that stays up is its own new peak (one
     event, not one per step); ``cooldown`` *steps* after an event raise no new one (by default
