@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._events import Event, make_event
+from .._events import Event
 from ._base import Input
 from ._ewma_jump import HOLD, MIN_RATIO, STILL_FALLING, THRESHOLD, TRACK_KEYS
 from .ewma_z_spike import EWMAZSpike
@@ -76,12 +76,12 @@ class ConfirmedZSpike(EWMAZSpike):
         return ev
 
     def _on_jump(self, x: float, z: float, mean: float, step: int) -> Event | None:
-        if self._last_event >= 0 and step - self._last_event <= self.cooldown:
+        if self._cooling(step):
             return None
         level = math.exp(mean) if self.log else mean
         prev = self._prev_loss
         if prev > 0.0 and self._loss_now >= LOSS_RESPONSE * prev:
-            return self._event(x, z, level, step, step, f"the loss rose {self._loss_now / prev:.3g}x with it")
+            return self._jump_event(x, z, level, step, step, f", and the loss rose {self._loss_now / prev:.3g}x with it")
         self._cand = [x, z, level, float(step)]
         return None
 
@@ -96,16 +96,8 @@ class ConfirmedZSpike(EWMAZSpike):
             return None  # back at the next value, the loss unmoved: a lone spike
         x, z, level, onset = cand
         now = math.exp(y) if self.log else y
-        return self._event(x, z, level, int(onset), step,
-                           f"the next value is still {now / level if level != 0 else math.inf:.3g}x")
-
-    def _event(self, x: float, z: float, level: float, onset: int, step: int, why: str) -> Event:
-        self._last_event = onset
-        ratio = x / level if level != 0 else math.inf
-        word = "jumped" if (self.direction != "down" and z > 0) else "dropped"
-        msg = f"{self.signal} {word} to {x:.4g}, {ratio:.3g}x its recent level {level:.4g} (z={z:.1f}), and {why}"
-        return make_event(self._kind, "warning", step, onset, type(self).__name__, self.signal, z,
-                          self.threshold, msg)
+        return self._jump_event(x, z, level, int(onset), step,
+                                f", and the next value is still {now / level if level != 0 else math.inf:.3g}x")
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         k = self._track_fast(arrays[0], steps, i, j)

@@ -91,14 +91,21 @@ class EWMAZSpike(EWMAJump, Detector):
         self._track_set_state(state)
 
     def _on_jump(self, x: float, z: float, mean: float, step: int) -> Event | None:
-        if self._last_event >= 0 and step - self._last_event <= self.cooldown:
+        if self._cooling(step):
             return None
-        self._last_event = step
-        level = math.exp(mean) if self.log else mean
+        return self._jump_event(x, z, math.exp(mean) if self.log else mean, step, step)
+
+    def _cooling(self, step: int) -> bool:
+        """Whether a jump at ``step`` falls within ``cooldown`` steps of the last event."""
+        return self._last_event >= 0 and step - self._last_event <= self.cooldown
+
+    def _jump_event(self, x: float, z: float, level: float, onset: int, step: int, why: str = "") -> Event:
+        """The event of a jump to ``x`` from ``level`` at step ``onset``, reported at ``step``."""
+        self._last_event = onset
         ratio = x / level if level != 0 else math.inf
         word = "jumped" if (self.direction != "down" and z > 0) else "dropped"
-        msg = f"{self.signal} {word} to {x:.4g}, {ratio:.3g}x its recent level {level:.4g} (z={z:.1f})"
-        return make_event(self._kind, "warning", step, step, type(self).__name__, self.signal, z,
+        msg = f"{self.signal} {word} to {x:.4g}, {ratio:.3g}x its recent level {level:.4g} (z={z:.1f}){why}"
+        return make_event(self._kind, "warning", step, onset, type(self).__name__, self.signal, z,
                           self.threshold, msg)
 
     def _on_stayed(self, level: float, ref: float, onset: int, step: int) -> Event | None:

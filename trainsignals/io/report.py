@@ -449,6 +449,13 @@ def _measured(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return steps, vals
 
 
+def _check_plan(log_every: int | None, total_steps: int | None) -> None:
+    """``log_every`` and ``total_steps`` for the default Monitor: None, or an integer >= 1."""
+    for pname, given in (("log_every", log_every), ("total_steps", total_steps)):
+        if given is not None:
+            check_range(pname, given, 1, None, integer=True)
+
+
 def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = None, *,
            name: str | None = None, log_every: int | None = None, total_steps: int | None = None) -> Report:
     """Replay a trace through a Monitor and report what it finds.
@@ -483,11 +490,10 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
 
     from trainsignals.io.traces import TraceDamagedWarning, read_trace, trace_metadata, trace_signals
 
-    for pname, given in (("log_every", log_every), ("total_steps", total_steps)):
-        if given is not None:
-            if monitor is not None:
-                raise ValueError(f"{pname} is for the default Monitor; the monitor given has its own")
-            check_range(pname, given, 1, None, integer=True)
+    if monitor is not None and (log_every is not None or total_steps is not None):
+        raise ValueError(f"{'log_every' if log_every is not None else 'total_steps'} is for the default Monitor; "
+                         "the monitor given has its own")
+    _check_plan(log_every, total_steps)
     notes: list[str] = []
     if isinstance(source, pa.Table):
         table, label = source, name or "<table>"
@@ -821,9 +827,7 @@ def replay_many(
     files = [os.fspath(p) for p in expand_sources(paths_or_dir)]
     if processes is not None and processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
-    for pname, given in (("log_every", log_every), ("total_steps", total_steps)):
-        if given is not None:
-            check_range(pname, given, 1, None, integer=True)
+    _check_plan(log_every, total_steps)
     if progress is None:
         progress = sys.stderr.isatty()
     task_fn = partial(_replay_file, tool=tool, mapping=dict(mapping) if mapping else None, run_index=run_index,
