@@ -21,8 +21,10 @@ from trainsignals.curves.families import (
     HELDOUT_FAMILIES,
     HELDOUT_FAULT_FAMILIES,
     draw_spec,
+    label_with_twin,
     plan_heldout,
     twin_check,
+    untouched,
 )
 from trainsignals.curves.labels import check_label
 from trainsignals.curves.real_runs import default_directory, run, train_with_info
@@ -97,6 +99,25 @@ def test_twin_check_on_a_trace_equal_to_its_twin_sees_nothing(torch: Any) -> Non
     frozen, finfo = train_with_info(dataclasses.replace(s, fault={"freeze": True}))
     assert not np.isfinite(frozen.update_ratio[101:]).any()    # the optimizer never steps again: no update
     assert twin_check(frozen, "stall", finfo["twin"])["effect"] > 0.0
+
+
+def test_a_fault_that_shows_only_outside_its_kind_is_dropped_not_relabelled_healthy(torch: Any) -> None:
+    s = tiny("stall", "mse", 1, steps=200, onset=100, fault={"lr_mult": 1.0, "ramp": 0})
+    curve, info = train_with_info(s)
+    twin = info["twin"]
+    assert set(twin) >= {"lr", "update_ratio"} and np.isfinite(twin["lr"]).all()
+    assert untouched(curve, twin) is None                          # the fault did nothing: no signal differs
+    assert label_with_twin(curve, twin)[0].kind == "healthy"
+    after = np.arange(len(curve.lr)) >= 100
+    halved = dataclasses.replace(curve, lr=np.where(after, curve.lr * 0.5, curve.lr))   # only the rate moved
+    assert not twin_check(halved, "stall", twin)["visible"]
+    assert untouched(halved, twin) == "lr"
+    dropped, why, _, figures = label_with_twin(halved, twin)
+    assert dropped is None and not why.passed and "lr" in why.reason and figures["shows"] == "lr"
+    unstepped = dataclasses.replace(curve, update_ratio=np.where(after, np.nan, curve.update_ratio))
+    assert untouched(unstepped, twin) == "update_ratio"           # a frozen optimizer: no update measured
+    nudged = dataclasses.replace(curve, lr=np.where(after, curve.lr * 1.01, curve.lr))
+    assert untouched(nudged, twin) is None                        # within the level check's 10 %
 
 
 def test_heldout_plan_covers_every_family_and_kind() -> None:

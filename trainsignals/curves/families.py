@@ -40,7 +40,9 @@ batch sampler are copied and a *twin* continues from there without the fault, on
 batches, for the kind's detection window, recorded by its own adapter. The label then needs,
 on top of :func:`trainsignals.curves.labels.label_run`'s rule check, that the faulty trace
 differs from its twin's beyond noise (:func:`twin_check`). A run whose fault made no difference
-is relabelled ``healthy`` when the healthy check passes on it (its name then ends in
+to its kind's signal is relabelled ``healthy`` when it is indistinguishable from its twin in
+every recorded signal (:func:`untouched`: every kind's check, and the levels of the grad norm,
+learning rate and update ratio) and the healthy check passes on it (its name then ends in
 ``-nofault-<kind>``), and dropped otherwise; the manifest records the twin figures per run.
 
 **Development families** (:data:`DEV_FAMILIES`, :func:`plan_dev`, ``datasets/real_dev``): more
@@ -87,6 +89,7 @@ import numpy as np
 
 from trainsignals.curves import HEALTHY
 from trainsignals.curves.labels import (
+    CheckResult,
     check_healthy,
     divergence_verdict,
     label_run,
@@ -112,7 +115,7 @@ from trainsignals.kinds import default_window
 
 __all__ = ["DEV_FAMILIES", "DEV_FAULT_FAMILIES", "DEV_OPTIMIZERS", "DEV_OVERSAMPLE", "HELDOUT_FAMILIES",
            "HELDOUT_FAULT_FAMILIES", "NOFAULT", "injected", "draw_dev_spec", "draw_spec", "label_with_twin", "plan_dev", "plan_heldout",
-           "train", "twin_check"]
+           "train", "twin_check", "untouched"]
 
 NOFAULT = "-nofault-"
 """What the name of a run relabelled healthy holds (``healthy-<family>-<n>-nofault-<kind>``):
@@ -1046,6 +1049,8 @@ def _run_twin(ctx: _Ctx) -> dict[str, Any]:
         "start": spec.onset,
         "loss": np.array([r[1].get("loss", math.nan) for r in rows]),
         "grad_norm": np.array([r[1].get("grad_norm", math.nan) for r in rows]),
+        "lr": np.array([r[1].get("lr", math.nan) for r in rows]),
+        "update_ratio": np.array([r[1].get("update_ratio", math.nan) for r in rows]),
         "layer_grad_norms": lgn.reshape(len(rows), len(watcher.layer_names)),
         "val_steps": np.array([spec.onset + r[0] for r in rows if "val_loss" in r[1]], dtype=np.int64),
         "val_loss": np.array([r[1]["val_loss"] for r in rows if "val_loss" in r[1]]),
@@ -1124,6 +1129,46 @@ def _lg(x: np.ndarray) -> np.ndarray:
         return np.log(np.maximum(np.asarray(x, dtype=np.float64), 1e-30))
 
 
+def _level_effect(f: np.ndarray, tw: np.ndarray, sd: float) -> tuple[float, float]:
+    """How far a faulty signal's level strays from its twin's, and how far is beyond noise: the
+    largest 9-step running median of their log-ratio's size against ``max(4 sd / 3, log 1.1)``
+    (``sd``: the twin's step noise). A non-finite faulty value is a difference of its own (``inf``).
+    """
+    if not np.isfinite(f).all():
+        return math.inf, 0.0
+    return float(np.nanmax(np.abs(running_median(_lg(f) - _lg(tw), 9)))), max(4 * sd / 3, math.log(1.1))
+
+
+#: The kinds whose twin checks :func:`untouched` asks, one per distinct check (``stall``'s is
+#: ``divergence``'s, ``silent_collapse``'s is ``overfitting``'s).
+_ALL_CHECKS = ("divergence", "oscillation", "loss_spike", "grad_explosion", "vanishing_gradient", "dead_units",
+               "overfitting")
+#: The twin's recorded scalar signals, besides the loss, checked for a change of level.
+_LEVELS = ("grad_norm", "lr", "update_ratio")
+
+
+def untouched(curve: Any, twin: Mapping[str, Any]) -> str | None:
+    """``None`` when the faulty ``curve`` is indistinguishable from its twin in every signal
+    the twin recorded, else what differs: every kind's twin check (:func:`twin_check`) and a
+    level check of the grad norm, learning rate and update ratio (a learning-rate fault shows
+    in the learning rate; a frozen optimizer in the update ratio). Only such a run may be
+    relabelled healthy: a fault that shows in any signal the Monitor reads is not a healthy run.
+    """
+    for kind in _ALL_CHECKS:
+        if twin_check(curve, kind, twin)["visible"]:
+            return kind
+    s, n = int(twin["start"]), len(twin["loss"])
+    for name in _LEVELS:
+        tw = np.asarray(twin.get(name, np.full(n, np.nan)), dtype=np.float64)
+        f = np.asarray(getattr(curve, name)[s:s + n], dtype=np.float64)
+        seen = np.isfinite(tw) & np.isfinite(f)
+        if (np.isnan(f) != np.isnan(tw)).any():  # measured in one run, not in the other (no optimizer step)
+            return name
+        if seen.any() and (e := _level_effect(f[seen], tw[seen], _resid_sd(_lg(tw[seen]))))[0] >= e[1]:
+            return name
+    return None
+
+
 def twin_check(curve: Any, kind: str, twin: Mapping[str, Any]) -> dict[str, Any]:
     """Whether the faulty ``curve`` differs from its counterfactual ``twin`` beyond noise, in
     the signal that shows ``kind``.
@@ -1156,11 +1201,7 @@ def twin_check(curve: Any, kind: str, twin: Mapping[str, Any]) -> dict[str, Any]
     sd = _resid_sd(_lg(tw))
     out["noise"] = sd
     if kind in ("divergence", "stall"):
-        if not np.isfinite(f).all():
-            effect, thr = math.inf, 0.0
-        else:
-            effect = float(np.nanmax(np.abs(running_median(_lg(f) - _lg(tw), 9))))
-            thr = max(4 * sd / 3, math.log(1.1))
+        effect, thr = _level_effect(f, tw, sd)
     elif kind == "oscillation":
         sf = _resid_sd(_lg(f)) if np.isfinite(f).all() else math.inf
         effect, thr = (sf / sd if sd > 0 else math.inf), 1.5
@@ -1200,7 +1241,8 @@ def label_with_twin(raw: Any, twin: Mapping[str, Any] | None) -> tuple[Any, Any,
 
     A faulty run whose fault made no visible difference to its twin (on the kind it was
     labelled, or, when the rule check dropped it, on its intended kind) is relabelled healthy
-    when the healthy check passes on it, and dropped otherwise.
+    when it is indistinguishable from its twin in every recorded signal (:func:`untouched`)
+    and the healthy check passes on it, and dropped otherwise.
 
     Returns:
         ``(curve or None, the deciding check, every check made, the twin figures or None)``.
@@ -1212,6 +1254,11 @@ def label_with_twin(raw: Any, twin: Mapping[str, Any] | None) -> tuple[Any, Any,
     tc = twin_check(raw, kind, twin)
     if tc["visible"]:
         return curve, decided, made, tc
+    if (shows := untouched(raw, twin)) is not None:  # the fault shows, though not as its kind: no label fits
+        tc["shows"] = shows
+        res = CheckResult(HEALTHY, False, f"the fault made no visible {kind}, but the run differs from its "
+                                          f"twin ({shows})")
+        return None, res, [*made, res], tc
     res = check_healthy(raw)
     made = [*made, res]
     if not res.passed:
