@@ -1159,12 +1159,12 @@ def untouched(curve: Any, twin: Mapping[str, Any]) -> str | None:
             return kind
     s, n = int(twin["start"]), len(twin["loss"])
     for name in _LEVELS:
-        tw = np.asarray(twin.get(name, np.full(n, np.nan)), dtype=np.float64)
+        tw = np.asarray(twin[name], dtype=np.float64)
         f = np.asarray(getattr(curve, name)[s:s + n], dtype=np.float64)
-        seen = np.isfinite(tw) & np.isfinite(f)
-        if (np.isnan(f) != np.isnan(tw)).any():  # measured in one run, not in the other (no optimizer step)
+        fin = np.isfinite(tw)
+        if (np.isfinite(f) != fin).any():  # finite in one run only: not measured (no optimizer step) or blown up
             return name
-        if seen.any() and (e := _level_effect(f[seen], tw[seen], _resid_sd(_lg(tw[seen]))))[0] >= e[1]:
+        if fin.any() and (e := _level_effect(f[fin], tw[fin], _resid_sd(_lg(tw[fin]))))[0] >= e[1]:
             return name
     return None
 
