@@ -124,6 +124,12 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         x[250] *= 3.0
         x[::7] = np.nan
         return {"grad_norm": g, "loss": x}
+    if isinstance(det, ts.SignedZSpike):  # positive (idle) until 100, then a negative loss with spikes and gaps
+        x = np.where(np.arange(n) < 100, loss, -1.0 - np.arange(n) / n + rng.normal(0, 0.02, n))
+        x[[150, 300]] = 2.0
+        x[400:] += 3.0
+        x[::11] = np.nan
+        return {"loss": x}
     if isinstance(det, (ts.PeakRatioSpike, ts.LevelShift)):  # a 30x spike, then a 20x step that stays
         x = loss.copy()
         x[150] *= 20.0
@@ -151,6 +157,8 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "TrendDivergence": ts.TrendDivergence,
     "LostProgress": ts.LostProgress,
     "EWMAZSpike": ts.EWMAZSpike,
+    "SignedZSpike": ts.SignedZSpike,
+    "SignedZSpike-both-cooldown": lambda: ts.SignedZSpike(direction="both", threshold=5.0, cooldown=120),
     "ConfirmedZSpike": lambda: ts.ConfirmedZSpike(threshold=6.0, min_ratio=10.0),
     "ConfirmedZSpike-linear-both-cooldown": lambda: ts.ConfirmedZSpike(log=False, direction="both", threshold=4.0,
                                                                        min_ratio=1.2, cooldown=30),

@@ -60,7 +60,7 @@ class EWMAZSpike(EWMAJump, Detector):
         [60]
     """
 
-    knob = Knob("threshold", 3.0, 30.0)
+    knob: ClassVar[Knob | None] = Knob("threshold", 3.0, 30.0)
     spans = {"hold": MIN_HOLD}
 
     _state_keys: ClassVar[tuple[str, ...]] = (*TRACK_KEYS, "last_event")

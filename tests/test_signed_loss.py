@@ -1,0 +1,93 @@
+"""Losses that go below zero (policy losses, the NLL of a continuous density): spikes are named, healthy runs stay quiet.
+
+The curves are drawn here with fresh seeds; no threshold was chosen on them (the spike rule for
+signed losses, :class:`trainsignals.SignedZSpike`, keeps :class:`trainsignals.EWMAZSpike`'s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import trainsignals as ts
+
+N = 1500
+SEEDS = range(9100, 9112)
+ALARMS = ("warning", "critical")
+
+
+def signed_run(seed: int, shape: str) -> np.ndarray:
+    """A healthy signed loss: ``policy`` falls from -0.2 to about -2 (a negated return), ``nll`` falls from
+    +1.5 through 0 to about -1.5 (a density's NLL); with Gaussian noise, its scale changing along the run,
+    and a slow AR(1) wander of the level (batches of one stretch of data). A heavy-tailed draw would
+    hold values a dozen scales out: spikes by any rule's account (the log rule flags them on a positive loss).
+    """
+    rng = np.random.default_rng(seed)
+    t = np.arange(N)
+    sd = 0.03 * (1.0 + 0.5 * np.sin(t / rng.uniform(80, 300)))
+    wander = np.zeros(N)
+    for i in range(1, N):
+        wander[i] = 0.98 * wander[i - 1] + 0.2 * rng.normal()
+    noise = rng.normal(size=N) + 0.3 * wander
+    if shape == "policy":
+        level = -0.2 - 1.8 * (1 - np.exp(-t / rng.uniform(200, 600)))
+    else:
+        level = 1.5 - 3.0 * (1 - np.exp(-t / rng.uniform(300, 700)))
+    return level + sd * noise
+
+
+def spiked(seed: int, shape: str) -> tuple[np.ndarray, int]:
+    """The same run with one bad batch: the loss jumps by 2..10 of its own magnitudes (at least 0.5) for 1..3 steps."""
+    rng = np.random.default_rng(seed + 50_000)
+    loss = signed_run(seed, shape)
+    at = int(rng.integers(N // 3, N - 200))
+    size = max(0.5, rng.uniform(2.0, 10.0) * abs(float(np.median(loss[at - 50:at]))))
+    loss[at:at + int(rng.integers(1, 4))] += size
+    return loss, at
+
+
+def alarms(loss: np.ndarray, **settings: object) -> list[ts.Event]:
+    return [e for e in ts.Monitor(total_steps=N, **settings).scan(loss=loss) if e.severity in ALARMS]
+
+
+@pytest.mark.parametrize("shape", ["policy", "nll"])
+def test_healthy_signed_losses_raise_nothing(shape: str) -> None:
+    loud = {seed: [(e.kind.value, e.step, e.detector) for e in alarms(signed_run(seed, shape))] for seed in SEEDS}
+    assert {s: ev for s, ev in loud.items() if ev} == {}
+
+
+@pytest.mark.parametrize("shape", ["policy", "nll"])
+def test_a_spike_of_a_signed_loss_is_named_at_its_step(shape: str) -> None:
+    for seed in SEEDS:
+        loss, at = spiked(seed, shape)
+        got = [(e.kind.value, e.step) for e in alarms(loss)]
+        assert got and got[0] == ("loss_spike", at), (seed, got)
+
+
+def test_the_log_rule_alone_misses_a_negative_loss_spike() -> None:
+    """What the signed rule adds: without it the default suite says nothing about the spike."""
+    loss, at = spiked(SEEDS[0], "policy")
+    assert alarms(loss, loss_spike_signed=False) == []
+    assert [e.detector for e in alarms(loss)] == ["SignedZSpike"]
+
+
+def test_positive_losses_never_wake_the_signed_rule() -> None:
+    """On a positive loss (zeros included) the rule is idle: the suite's events are those without it."""
+    rng = np.random.default_rng(9200)
+    loss = np.exp(-np.arange(N) / 400) * np.exp(rng.normal(0, 0.05, N)) + 0.05
+    loss[700] *= 6.0
+    loss[900:960] = 0.0
+    det = ts.SignedZSpike()
+    assert det.scan(loss=loss) == [] and det.state_dict()["state"]["n"] == 0
+    with_rule = [e.to_dict() for e in ts.Monitor(total_steps=N).scan(loss=loss)]
+    assert with_rule == [e.to_dict() for e in ts.Monitor(total_steps=N, loss_spike_signed=False).scan(loss=loss)]
+    assert ("loss_spike", 700) in [(e["kind"], e["step"]) for e in with_rule]
+
+
+def test_the_rule_wakes_at_the_first_finite_negative_value() -> None:
+    det = ts.SignedZSpike()
+    for s, v in enumerate([1.0, 0.0, float("-inf"), float("nan"), 0.5]):
+        assert det.update(step=s, loss=v) == []
+    assert det.state_dict()["state"]["signed"] is False
+    det.update(step=5, loss=-0.5)
+    assert det.state_dict()["state"]["signed"] is True
