@@ -207,8 +207,8 @@ class LayerStats:
         if got is None:
             mat = self.matrix
             if mat.shape[1]:  # argmin and argmax find a nan first, and are faster than min and max
-                rows = [mat[r] for r in range(len(mat))]
-                got = ([v.item(v.argmin()) for v in rows], [v.item(v.argmax()) for v in rows])
+                lo, hi = mat.argmin(axis=1).tolist(), mat.argmax(axis=1).tolist()
+                got = ([mat.item(r, c) for r, c in enumerate(lo)], [mat.item(r, c) for r, c in enumerate(hi)])
             else:
                 got = ([math.inf] * len(mat), [-math.inf] * len(mat))
             self._ranges = got

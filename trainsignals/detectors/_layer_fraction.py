@@ -50,6 +50,7 @@ class LayerFraction(Detector):
         check_range("cooldown", cooldown, 0, None, integer=True)
         self.threshold, self.patience, self.margin, self.alpha, self.cooldown = (
             threshold, patience, margin, alpha, cooldown)
+        self._near_d = margin / (1.0 - alpha) if alpha < 1 else np.inf  # see _step's quiet path
         self._reset()
 
     def _reset(self) -> None:
@@ -62,6 +63,7 @@ class LayerFraction(Detector):
         self._quiet_until = -1
         self._last_step = -1
         self._clear = True  # no run and nothing fired (a cache of the state, not part of it)
+        self._d, self._near = np.zeros(0), np.zeros(0, dtype=bool)  # scratch vectors of the quiet path
 
     def _get_state(self) -> dict[str, Any]:
         return {k: _jsonable(getattr(self, "_" + k)) for k in self._state_keys}
@@ -98,10 +100,16 @@ class LayerFraction(Detector):
         lows, highs = sample.ranges()  # computed once per sample, shared with the checks and the other rules
         lo = lows[self._stat]
         if highs[self._stat] < self.threshold and lo - lo == 0.0:  # every layer measured and below (most samples)
-            base = self._base  # this rule's own vector: updated in place
-            np.multiply(base, 1 - self.alpha, out=base)
-            np.add(base, np.multiply(x, self.alpha), out=base)
-            np.copyto(self._calm, step, where=np.less_equal(x, np.add(base, self.margin)))
+            # in place, five passes: with d = x - base, the new base is base + alpha*d and
+            # x - new base = (1 - alpha)*d, so x is within margin of the new base where d <= margin / (1 - alpha)
+            base, d, near = self._base, self._d, self._near  # this rule's own vectors
+            if len(d) != len(x):
+                d, near = self._d, self._near = np.empty(len(x)), np.empty(len(x), dtype=bool)
+            np.subtract(x, base, out=d)
+            np.less_equal(d, self._near_d, out=near)
+            np.copyto(self._calm, step, where=near)
+            np.multiply(d, self.alpha, out=d)
+            np.add(base, d, out=base)
             if not self._clear:
                 self._run.fill(0)
                 self._fired.fill(False)
