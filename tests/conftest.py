@@ -124,6 +124,13 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         x[250] *= 3.0
         x[::7] = np.nan
         return {"grad_norm": g, "loss": x}
+    if isinstance(det, ts.SignedLostProgress):  # positive (idle) until 100, a negative loss that improves, then
+        t = np.arange(n)                        # loses its progress at 300 and again (after it recovered) at 420
+        x = np.where(t < 100, loss, -0.2 - 1.8 * (1 - np.exp(-np.maximum(t - 100, 0) / 60)) + rng.normal(0, 0.03, n))
+        x[300:380] += 1.5
+        x[420:] += 1.5
+        x[::11] = np.nan
+        return {"loss": x}
     if isinstance(det, ts.SignedZSpike):  # positive (idle) until 100, then a negative loss with spikes and gaps
         x = np.where(np.arange(n) < 100, loss, -1.0 - np.arange(n) / n + rng.normal(0, 0.02, n))
         x[[150, 300]] = 2.0
@@ -158,6 +165,8 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "LostProgress": ts.LostProgress,
     "EWMAZSpike": ts.EWMAZSpike,
     "SignedZSpike": ts.SignedZSpike,
+    "SignedLostProgress": ts.SignedLostProgress,
+    "SignedLostProgress-short-cooldown": lambda: ts.SignedLostProgress(window=10, cooldown=20, frac=0.3),
     "SignedZSpike-both-cooldown": lambda: ts.SignedZSpike(direction="both", threshold=5.0, cooldown=120),
     "ConfirmedZSpike": lambda: ts.ConfirmedZSpike(threshold=6.0, min_ratio=10.0),
     "ConfirmedZSpike-linear-both-cooldown": lambda: ts.ConfirmedZSpike(log=False, direction="both", threshold=4.0,

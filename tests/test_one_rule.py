@@ -40,5 +40,5 @@ def test_every_default_rule_with_a_threshold_declares_its_knob():
     # NonFinite has no threshold; SignedZSpike watches negative losses, which no tuning run holds: there
     # is nothing to calibrate it on (it keeps EWMAZSpike's threshold, and its docstring says so)
     assert no_knob == {"nonfinite_loss", "nonfinite_grad_norm", "nonfinite_lr", "nonfinite_update_ratio",
-                       "nonfinite_val_loss", "loss_spike_signed"}
-    assert "not calibrated" in (ts.SignedZSpike.__doc__ or "")
+                       "nonfinite_val_loss", "loss_spike_signed", "lost_progress_signed"}
+    assert all("not calibrated" in (c.__doc__ or "") for c in (ts.SignedZSpike, ts.SignedLostProgress))

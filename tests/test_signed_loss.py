@@ -1,7 +1,9 @@
-"""Losses that go below zero (policy losses, the NLL of a continuous density): spikes are named, healthy runs stay quiet.
+"""Losses that go below zero (policy losses, the NLL of a continuous density): spikes and lost progress are
+named, healthy runs stay quiet.
 
-The curves are drawn here with fresh seeds; no threshold was chosen on them (the spike rule for
-signed losses, :class:`trainsignals.SignedZSpike`, keeps :class:`trainsignals.EWMAZSpike`'s).
+The curves are drawn here with fresh seeds; no threshold was chosen on them (the signed rules,
+:class:`trainsignals.SignedZSpike` and :class:`trainsignals.SignedLostProgress`, keep the settings of
+:class:`trainsignals.EWMAZSpike` and :class:`trainsignals.LostProgress`).
 """
 
 from __future__ import annotations
@@ -64,11 +66,39 @@ def test_a_spike_of_a_signed_loss_is_named_at_its_step(shape: str) -> None:
         assert got and got[0] == ("loss_spike", at), (seed, got)
 
 
+def collapsed(seed: int, kind: str) -> tuple[np.ndarray, int]:
+    """A ``policy`` run whose return collapses at a drawn step: it steps back by 60..100 % of the progress made
+    (``step``) or climbs there over 20..60 steps (``climb``), and stays."""
+    rng = np.random.default_rng(seed + 70_000)
+    loss = signed_run(seed, "policy")
+    at = int(rng.integers(N // 3, N - 300))
+    progress = float(np.median(loss[:20]) - np.median(loss[at - 50:at]))
+    back = rng.uniform(0.6, 1.0) * progress
+    ramp = 1 if kind == "step" else int(rng.integers(20, 61))
+    loss[at:] += back * np.minimum((np.arange(N - at) + 1) / ramp, 1.0)
+    return loss, at
+
+
+@pytest.mark.parametrize("kind", ["step", "climb"])
+def test_a_signed_loss_that_loses_its_progress_is_a_divergence_within_the_window(kind: str) -> None:
+    window = max(50, N // 10)
+    for seed in SEEDS:
+        loss, at = collapsed(seed, kind)
+        got = [(e.kind.value, e.step) for e in alarms(loss)]
+        div = [st for k, st in got if k == "divergence"]
+        assert div and at <= div[0] <= at + window, (seed, at, got)
+        # before it at most the jump itself, seen by the spike rule (as for a positive loss)
+        assert all(k == "loss_spike" and at <= st for k, st in got if st < div[0]), (seed, at, got)
+
+
 def test_the_log_rule_alone_misses_a_negative_loss_spike() -> None:
-    """What the signed rule adds: without it the default suite says nothing about the spike."""
+    """What the signed rules add: without them the default suite says nothing about the spike or the collapse."""
     loss, at = spiked(SEEDS[0], "policy")
     assert alarms(loss, loss_spike_signed=False) == []
     assert [e.detector for e in alarms(loss)] == ["SignedZSpike"]
+    loss, at = collapsed(SEEDS[0], "climb")
+    assert alarms(loss, lost_progress_signed=False) == []
+    assert alarms(loss)[0].detector == "SignedLostProgress"
 
 
 def test_positive_losses_never_wake_the_signed_rule() -> None:
@@ -77,15 +107,17 @@ def test_positive_losses_never_wake_the_signed_rule() -> None:
     loss = np.exp(-np.arange(N) / 400) * np.exp(rng.normal(0, 0.05, N)) + 0.05
     loss[700] *= 6.0
     loss[900:960] = 0.0
-    det = ts.SignedZSpike()
-    assert det.scan(loss=loss) == [] and det.state_dict()["state"]["n"] == 0
+    for det in (ts.SignedZSpike(), ts.SignedLostProgress()):
+        assert det.scan(loss=loss) == [] and det.state_dict()["state"]["signed"] is False
     with_rule = [e.to_dict() for e in ts.Monitor(total_steps=N).scan(loss=loss)]
-    assert with_rule == [e.to_dict() for e in ts.Monitor(total_steps=N, loss_spike_signed=False).scan(loss=loss)]
+    without = ts.Monitor(total_steps=N, loss_spike_signed=False, lost_progress_signed=False)
+    assert with_rule == [e.to_dict() for e in without.scan(loss=loss)]
     assert ("loss_spike", 700) in [(e["kind"], e["step"]) for e in with_rule]
 
 
-def test_the_rule_wakes_at_the_first_finite_negative_value() -> None:
-    det = ts.SignedZSpike()
+@pytest.mark.parametrize("cls", [ts.SignedZSpike, ts.SignedLostProgress])
+def test_the_rule_wakes_at_the_first_finite_negative_value(cls: type) -> None:
+    det = cls()
     for s, v in enumerate([1.0, 0.0, float("-inf"), float("nan"), 0.5]):
         assert det.update(step=s, loss=v) == []
     assert det.state_dict()["state"]["signed"] is False

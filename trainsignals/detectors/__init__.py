@@ -28,6 +28,7 @@ from .never_improved_plateau import NeverImprovedPlateau
 from .own_drop_cliff import OwnDropGradCliff
 from .peak_ratio_spike import PeakRatioSpike
 from .rank_outliers import RankOutliers
+from .signed_lost_progress import SignedLostProgress
 from .signed_z_spike import SignedZSpike
 from .simple import NonFinite
 from .swing_ratio_eos import SwingRatioEdgeOfStability
@@ -65,6 +66,7 @@ __all__ = [
     "NonFinite",
     "PeakRatioSpike",
     "RankOutliers",
+    "SignedLostProgress",
     "SignedZSpike",
     "TopShareCollapse",
     "UpdateGapStall",

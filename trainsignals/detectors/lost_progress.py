@@ -6,7 +6,7 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from ._trend import NOISE_PER_SD
 #: share of the lost-progress rise above ``best`` at which the level counts as climbing (and
 #: below which a reported climb re-arms): half, so a level near the threshold does not flicker
 _CLIMB_SHARE = 0.5
+#: the rule's state keys (a subclass that adds state lists them before its own)
+LOST_KEYS = ("buf", "level", "best", "start", "low", "climb", "reported", "cooldown_until", "last_step")
 
 
 class LostProgress(Detector):
@@ -34,8 +36,7 @@ class LostProgress(Detector):
     that fell from 2.3 to 1.9 and is back at 2.3 lost all its progress though its loss rose by
     only 1.2x; a run with less progress than ``log(min_ratio)`` is judged by ``ratio`` alone.
     ``sd`` is the window's noise scale (the mean absolute second difference of its values over
-    ``sqrt(12/pi)``, its value for white noise). The median keeps a short burst from counting;
-    the noise term keeps a very noisy run quiet.
+    ``sqrt(12/pi)``, its value for white noise): the median keeps a short burst from counting.
 
     The event is a critical ``divergence``; ``onset_step`` is the step at which ``level`` last
     rose more than ``lost / 2`` above ``best``. After an event the rule is quiet for
@@ -46,8 +47,7 @@ class LostProgress(Detector):
         window: values in the median and the noise scale (and the level's span), >= 5.
         ratio: largest rise above the best level that is needed, as a factor, > 1.
         z: how many noise standard deviations the rise must also exceed, >= 0.
-        frac: share of the run's progress whose loss counts as lost progress, in (0, 1]; 1
-            leaves only ``ratio``.
+        frac: share of the run's progress whose loss counts as lost progress, in (0, 1].
         min_ratio: smallest progress, and smallest rise, as factors, for the ``frac``
             judgement, in (1, ratio].
         cooldown: steps without events after an event, >= 0.
@@ -67,9 +67,9 @@ class LostProgress(Detector):
         [(318, 300, 'loss lost its progress')]
     """
 
-    knob = Knob("z", 1.0, 30.0)
-
-    _state_keys = ("buf", "level", "best", "start", "low", "climb", "reported", "cooldown_until", "last_step")
+    knob: ClassVar[Knob | None] = Knob("z", 1.0, 30.0)
+    _units = "log"  # the rule's units (a subclass may judge the values themselves: ``"value"``)
+    _state_keys: ClassVar[tuple[str, ...]] = LOST_KEYS
 
     def __init__(self, window: int = 20, ratio: float = 2.0, z: float = 3.0, frac: float = 0.5,
                  min_ratio: float = 1.1, cooldown: int = 100, signal: str = "loss") -> None:
@@ -82,10 +82,8 @@ class LostProgress(Detector):
         check_signal("signal", signal)
         self.window, self.ratio, self.z, self.frac, self.min_ratio = window, ratio, z, frac, min_ratio
         self.cooldown, self.signal = cooldown, signal
-        self.inputs = (Input(signal),)
-        self.logs = (signal,)
-        self._lost = math.log(ratio)
-        self._lmin = math.log(min_ratio)
+        self.inputs, self.logs = (Input(signal),), (signal,)
+        self._lost, self._lmin = math.log(ratio), math.log(min_ratio)
         self._half_lmin = _CLIMB_SHARE * self._lmin
         self._lz = z / NOISE_PER_SD
         self._la = 2.0 / (window + 1.0)  # the EWMA weight whose mean age is that of the window
@@ -109,19 +107,24 @@ class LostProgress(Detector):
         prog = self._start - self._low  # not finite before the first window: ratio alone
         return self._lost if not prog >= self._lmin else min(max(self.frac * prog, self._lmin), self._lost)
 
+    def _needs(self, prog: np.ndarray) -> np.ndarray:
+        return np.where(prog < self._lmin, self._lost, np.clip(self.frac * prog, self._lmin, self._lost))
+
     def _lost_ok(self, win: Sequence[float], best: float, lost: float) -> bool:
-        rise = statistics.median(win) - best
-        if rise < lost:
-            return False
-        v = list(win)
-        sd = statistics.fmean([abs(v[k] - 2.0 * v[k - 1] + v[k - 2]) for k in range(2, len(v))])
-        return rise >= self._lz * sd
+        rise, v = statistics.median(win) - best, list(win)
+        return rise >= lost and rise >= self._lz * statistics.fmean(
+            [abs(v[k] - 2.0 * v[k - 1] + v[k - 2]) for k in range(2, len(v))])
+
+    def _value(self, x: float, log_x: float | None) -> float | None:  # None: a value the rule skips
+        if x - x != 0.0 or x <= 0.0:
+            return None
+        return log(x) if log_x is None else log_x
 
     def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
-        if x - x != 0.0 or x <= 0.0:
+        y = self._value(x, log_x)
+        if y is None:
             return None
-        y = log(x) if log_x is None else log_x
         buf = self._buf
         level = self._la * y + self._lb * self._level if buf else y
         if not buf:
@@ -138,9 +141,7 @@ class LostProgress(Detector):
         else:
             if level < best:
                 best = self._best = level
-            if self._climb >= 0:
-                self._climb = -1
-                self._reported = False
+            self._climb, self._reported = -1, False  # a calm step ends a climb (and its report)
         if len(buf) == self.window - 1:  # the first window is in: the run's starting level
             self._start = self._low = level
         buf.append(y)
@@ -149,30 +150,31 @@ class LostProgress(Detector):
             return self._event(step, statistics.median(buf) - best)
         return None
 
+    def _how_far(self, rise: float) -> str:  # the rise above the best level, in words
+        return f"{math.exp(rise):.3g}x its best level"
+
     def _event(self, step: int, rise: float) -> Event:
-        self._cooldown_until = step + self.cooldown
-        self._reported = True
-        onset = self._climb
+        self._cooldown_until, self._reported = step + self.cooldown, True
         msg = (f"{self.signal} lost its progress: the median of its last {self.window} values is "
-               f"{math.exp(rise):.3g}x its best level, climbing since step {onset}")
-        return make_event(Kind.DIVERGENCE, "critical", step, onset, type(self).__name__, self.signal,
+               f"{self._how_far(rise)}, climbing since step {self._climb}")
+        return make_event(Kind.DIVERGENCE, "critical", step, self._climb, type(self).__name__, self.signal,
                           rise, self._need(), msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         w = self.window
         if len(self._buf) < w:
             return 0
-        lim = first_unusable(arrays[0], i, j, positive=True)
+        logged = self._units == "log"
+        lim = first_unusable(arrays[0], i, j, positive=logged)
         if lim == 0:
             return 0
-        y = column_log(arrays[0], i, i + lim)
+        y = column_log(arrays[0], i, i + lim) if logged else arrays[0][i:i + lim]
         ext = np.concatenate((np.asarray(self._buf), y))
         st = steps[i:i + lim]
-        level = shared_ewma(arrays[0], i, "log", y, self._la, self._lb, self._level)
+        level = shared_ewma(arrays[0], i, self._units, y, self._la, self._lb, self._level)
         best = np.minimum.accumulate(np.minimum(level, self._best))
         low = np.minimum.accumulate(np.minimum(level, self._low))
-        prog = self._start - low
-        lost = np.where(prog < self._lmin, self._lost, np.clip(self.frac * prog, self._lmin, self._lost))
+        lost = self._needs(self._start - low)
         calm_mask = level <= best + _CLIMB_SHARE * lost
         cand = (st > self._cooldown_until) & ~calm_mask & (level - best >= lost)
         if self._reported:

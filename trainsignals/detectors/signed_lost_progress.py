@@ -1,0 +1,106 @@
+"""SignedLostProgress: a loss that goes below zero climbed back and gave up its progress."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ._base import Knob
+from .lost_progress import LOST_KEYS, LostProgress
+
+
+class SignedLostProgress(LostProgress):
+    """Flags a loss that takes negative values and gave back a share of its progress, in its own units.
+
+    :class:`LostProgress` judges ``log(loss)``, where a rise is a ratio; a loss that goes below
+    zero (a policy loss, a negated return, the NLL of a continuous density) has no log, and a
+    return that collapses from -2 to -0.5 never shows there. This rule is idle until the first
+    finite negative value; from there it takes :class:`LostProgress`'s rule on the values
+    themselves: with ``level`` the EWMA of the loss (weight ``2 / (window + 1)``) and ``best``
+    its lowest value so far, it fires when the median of the last ``window`` values is at
+    least ``max(lost, z * sd)`` above ``best`` and ``level`` is ``lost`` above it, where
+    ``lost`` is the share ``frac`` of the progress the run had made (``start - low``: the level
+    once the first ``window`` values are in, less the lowest level since). A run that made no
+    progress has none to lose: the rule waits. ``sd`` is the window's noise scale, as for
+    :class:`LostProgress`; onset, cooldown and re-arm are its too.
+
+    The event is a critical ``divergence``. **Rate:** not calibrated (no knob): the tuning
+    suites hold no healthy run with a negative loss; on the healthy signed losses drawn fresh
+    by ``tests/test_signed_loss.py`` it raises nothing.
+
+    Args:
+        window: values in the median and the noise scale (and the level's span), >= 5.
+        z: how many noise standard deviations the rise must also exceed, >= 0.
+        frac: share of the run's progress whose loss counts as lost progress, in (0, 1].
+        cooldown: steps without events after an event, >= 0.
+        signal: the signal it reads (and names in its events).
+
+    Example:
+        A negated return that improves from -0.2 to -2, then collapses back to -0.5 at step 500:
+
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> t = np.arange(800)
+        >>> loss = -0.2 - 1.8 * (1 - np.exp(-t / 100)) + rng.normal(0, 0.05, 800)
+        >>> loss[500:] += 1.5
+        >>> [(e.step, e.onset_step, e.kind.value) for e in SignedLostProgress().scan(loss=loss)]
+        [(510, 503, 'divergence')]
+        >>> SignedLostProgress().scan(loss=np.exp(loss))   # a positive loss: LostProgress's business
+        []
+    """
+
+    knob: ClassVar[Knob | None] = None
+    _units = "value"
+    _state_keys: ClassVar[tuple[str, ...]] = (*LOST_KEYS, "signed")
+
+    def __init__(self, window: int = 20, z: float = 3.0, frac: float = 0.5, cooldown: int = 100,
+                 signal: str = "loss") -> None:
+        super().__init__(window=window, z=z, frac=frac, cooldown=cooldown, signal=signal)
+        self.logs = ()
+        self._lost = math.inf  # no cap: a rise in loss units is judged by the progress alone
+        self._lmin = self._half_lmin = 0.0
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._signed = False  # a negative value was seen: the rule watches from it on
+
+    def _value(self, x: float, log_x: float | None) -> float | None:
+        if x - x != 0.0:
+            return None
+        if not self._signed:
+            if not x < 0.0:  # positive or zero: LostProgress's domain
+                return None
+            self._signed = True
+        return x
+
+    def _need(self) -> float:
+        prog = self._start - self._low
+        return self.frac * prog if prog > 0.0 else math.inf
+
+    def _needs(self, prog: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return np.where(prog > 0.0, self.frac * prog, math.inf)
+
+    def _how_far(self, rise: float) -> str:
+        prog = self._start - self._low
+        return f"{rise:.3g} above its best level ({rise / prog:.0%} of the progress it had made)"
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        if self._signed:
+            return super()._fast(arrays, steps, i, j)
+        x = arrays[0][i:j]
+        neg = np.flatnonzero((x < 0.0) & (x > -np.inf))  # the first finite negative value (nan compares false)
+        k = int(neg[0]) if len(neg) else j - i
+        if k:
+            self._last_step = int(steps[i + k - 1])
+        return k
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        self._signed = bool(state["signed"])
+
+
+__all__ = ["SignedLostProgress"]
