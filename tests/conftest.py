@@ -95,6 +95,15 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         lr[200:] = 0.1
         lr[400:] = 1e-6
         return {"lr": lr}
+    if isinstance(det, ts.UpdateRatioAboveBand):  # a warm restart lifts rate and ratio 30x at 350 (the
+        t = np.arange(n)                           # schedule's), a 100x jump at a steady rate from 500 (not),
+        lr = np.where(t < 350, 1e-3 * 10.0 ** (-1.5 * t / 350), 1e-3)  # the hard edge crossed at 250..320
+        r = 0.3 * lr * np.exp(rng.normal(0, 0.2, n))
+        r[250:320] = 0.3
+        r[500:540] *= 100.0
+        lr[::7] = np.nan
+        r[::17] = np.nan
+        return {"update_ratio": r, "lr": lr}
     if isinstance(det, (ts.UpdateRatioAboveBand, ts.UpdateRatioBelowBand)):
         r = 3e-4 * np.exp(rng.normal(0, 0.2, n))
         r[250:320] = 0.3

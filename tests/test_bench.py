@@ -429,6 +429,17 @@ def test_cli_withhold_and_target_window(monkeypatch: pytest.MonkeyPatch, capsys:
         curves[0].withheld("loss")
 
 
+def test_withholding_the_validation_metric_keeps_the_validation_loss() -> None:
+    from trainsignals.curves import generate
+
+    c = generate("silent_collapse", 3, "medium")
+    assert len(c.val_metric) == len(c.val_steps) > 0
+    w = c.withheld("val_metric")
+    assert len(w.val_metric) == 0 and np.array_equal(w.val_loss, c.val_loss) and np.array_equal(w.val_steps, c.val_steps)
+    assert "val_metric" not in w.signals() and "val_loss" in w.signals()
+    assert np.array_equal(w.pred_top_share, c.pred_top_share)
+
+
 def test_cli_log_every_replays_sampled_runs_told_the_interval(monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     from trainsignals.curves import generate

@@ -188,6 +188,31 @@ def test_write_and_load_round_trip_exactly(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.glob("*.arrow")) == ["divergence.arrow", "healthy.arrow", "nonfinite.arrow"]
 
 
+def test_a_classifier_s_answers_round_trip_and_old_files_load_them_empty(tmp_path: Path) -> None:
+    """``val_metric``, ``pred_steps`` and ``pred_top_share`` are stored exactly; a suite file
+    written before those columns existed loads its curves with them empty."""
+    import pyarrow.ipc as ipc
+
+    curves = [generate("silent_collapse", 7, "medium"), generate("healthy", 8, "hard"), generate("divergence", 9, "easy")]
+    assert len(curves[0].pred_top_share) > 0 and len(curves[2].pred_top_share) == 0
+    write_suite(curves, tmp_path / "new")
+    for a, b in zip(curves, load_suite(tmp_path / "new"), strict=True):
+        for k in ("val_metric", "pred_steps", "pred_top_share"):
+            got, want = getattr(b, k), getattr(a, k)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (a.name, k)
+    old = tmp_path / "old"
+    write_suite(curves[:1], old)
+    path = old / "silent_collapse.arrow"
+    with ipc.open_file(path) as reader:
+        table = reader.read_all()
+    table = table.drop_columns(["val_metric", "pred_steps", "pred_top_share"])
+    with ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+    back = load_suite(old)[0]
+    assert len(back.val_metric) == len(back.pred_steps) == len(back.pred_top_share) == 0
+    assert same(back, curves[0]) and "pred_top_share" not in back.signals()
+
+
 def test_steps_not_measured_round_trip_as_nulls_and_reach_scan_as_gaps(tmp_path: Path) -> None:
     import dataclasses
 

@@ -31,7 +31,7 @@ from trainsignals.curves.real_runs import default_directory, run, train_with_inf
 from trainsignals.curves.training import FAULT_KINDS
 
 ARRAYS = ("loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss", "layer_grad_norms",
-          "act_steps", "dead_frac", "saturation")
+          "act_steps", "dead_frac", "saturation", "val_metric", "pred_steps", "pred_top_share")
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +157,24 @@ def test_committed_heldout_suite_is_balanced_and_frozen(committed: list[Any]) ->
         if entry["intended_kind"] != "healthy":      # every faulty run was compared with its twin
             assert "twin" in entry, entry["name"]
             assert entry["twin"]["visible"] == (entry["kind"] != "healthy"), entry["name"]
+
+
+@pytest.mark.parametrize("suite", ["real_heldout", "real_dev"])
+def test_committed_classifiers_record_their_answers(suite: str) -> None:
+    """Every classifier run holds each step's top share and each validation's accuracy, which
+    the silent-collapse rules read; an MSE run has no classes, so it holds neither."""
+    classifiers = 0
+    for c in load_suite(suite):
+        if c.difficulty == "mse":
+            assert len(c.pred_top_share) == len(c.val_metric) == 0, c.name
+            continue
+        classifiers += 1
+        assert np.array_equal(c.pred_steps, c.steps) and len(c.val_metric) == len(c.val_steps), c.name
+        share = c.pred_top_share[np.isfinite(c.loss)]   # a step with a finite loss has finite outputs
+        assert ((share > 0) & (share <= 1)).all() and ((c.val_metric >= 0) & (c.val_metric <= 1)).all(), c.name
+        sig = c.signals()
+        assert sig["pred_top_share"][0] is c.pred_steps and sig["val_metric"][1] is c.val_metric
+    assert classifiers > 0
 
 
 def test_every_committed_heldout_label_passes_its_check(committed: list[Any]) -> None:

@@ -93,6 +93,39 @@ def test_the_default_monitor_reports_it_and_stays_quiet_on_healthy_runs(collapse
         assert not [e for e in ts.Monitor(total_steps=c.total_steps).scan(**c.signals()) if e.detector in mine]
 
 
+def _untrained_start(seed: int, n: int = 900, collapse_at: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Shares of a batch of 32 predictions the way real networks answer while they learn: for the
+    first 5..30 steps as the random weights make them (one class, or spread evenly), then bunched
+    on the prior's class for 10..80 steps, spreading out by step 150 to a learned level of
+    0.15..0.4; a collapse drives them to one class over 20 steps from ``collapse_at``. The loss
+    falls throughout."""
+    rng = np.random.default_rng(seed + 40_000)
+    t = np.arange(n)
+    first, prior = int(rng.integers(5, 31)), int(rng.integers(10, 81))
+    learned = rng.uniform(0.15, 0.4)
+    share = np.full(n, learned)
+    share[:first] = 1.0 if rng.random() < 0.5 else rng.uniform(0.05, 0.2)
+    share[first:first + prior] = rng.uniform(0.7, 1.0)
+    fade = slice(first + prior, 150)
+    share[fade] = np.linspace(share[first + prior - 1], learned, len(share[fade]))
+    if collapse_at is not None:
+        share = share + (1.0 - share) * np.clip((t - collapse_at) / 20, 0, 1)
+    counts = rng.binomial(32, np.clip(share, 0, 1)) / 32
+    loss = 2.3 * np.exp(-t / 200) + 0.1
+    return np.maximum(counts, 1 / 32), loss * np.exp(rng.normal(0, 0.03, n))
+
+
+def test_an_untrained_network_answering_one_class_is_no_collapse_and_a_later_one_is() -> None:
+    """An untrained network's answers (one class, or an even spread, then the prior's class) set
+    no baseline; the level the run holds once it has learned does, and a collapse from it is named."""
+    for seed in SEEDS:
+        share, loss = _untrained_start(seed)
+        assert ts.TopShareCollapse().scan(pred_top_share=share, loss=loss) == [], seed
+        share, loss = _untrained_start(seed, collapse_at=500)
+        got = [e.step for e in ts.TopShareCollapse().scan(pred_top_share=share, loss=loss)]
+        assert got and 500 <= got[0] <= 550, (seed, got)
+
+
 def test_a_loss_that_rises_with_the_share_is_not_a_silent_collapse():
     t = np.arange(600)
     share = np.where(t < 300, 0.1, 0.95)

@@ -76,6 +76,8 @@ FORMAT = "trainsignals-curves/1"
 _MANIFEST = "manifest.json"
 #: the dense series of a curve (aligned with its steps; a curve's ``gaps`` name steps they were not measured)
 _DENSE: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio")
+#: the series a suite file may lack (written before they existed): they load empty
+_OPTIONAL_SERIES: tuple[str, ...] = ("val_metric", "pred_steps", "pred_top_share")
 _MIN_STEPS = 400
 _MAX_STEPS = 2000
 
@@ -114,9 +116,12 @@ class Curve:
         saturation: Same shape, fraction of tanh/sigmoid outputs at their limits.
         first_nonfinite_step: First step where ``loss`` or ``grad_norm`` is not finite, ``-1``
             if none.
-        val_metric: Validation accuracy at ``val_steps`` (healthy and ``silent_collapse``
-            curves; empty for the other kinds and for the committed suite, which predates it).
-        pred_steps: Steps at which a batch's predictions were sampled (int64; same curves).
+        val_metric: Validation accuracy at ``val_steps`` (synthetic: healthy and
+            ``silent_collapse`` curves, empty for the other kinds and for the committed
+            synthetic suite, which predates it; real runs: every classifier, every step of
+            the real-run suites built since these were recorded; empty for MSE runs).
+        pred_steps: Steps at which a batch's predictions were sampled (int64; same curves;
+            the real-run builder samples every step's training batch).
         pred_top_share: Share of the most-predicted class in that batch, at ``pred_steps``.
         gaps: ``{signal: bool array over steps}``, True where the dense signal (``loss``,
             ``grad_norm``, ``lr`` or ``update_ratio``) was not measured; signals measured at
@@ -220,7 +225,8 @@ class Curve:
 
         A dense signal (``grad_norm``, ``lr``, ``update_ratio``) becomes a gap at every step
         (:attr:`gaps`); ``val_loss`` (with ``val_metric``), ``layer_grad_norms`` and
-        ``activations`` (``dead_frac`` and ``saturation``) become empty; ``pred_top_share`` too.
+        ``activations`` (``dead_frac`` and ``saturation``) become empty; ``pred_top_share`` and
+        ``val_metric`` (alone: the validation loss stays) too.
         The label is kept: the failure happened whether or not it was measured.
 
         Raises:
@@ -231,7 +237,8 @@ class Curve:
             >>> bool(c.gaps["update_ratio"].all()), "update_ratio" in generate("stall", seed=0).gaps
             (True, False)
         """
-        known = ("grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "activations", "pred_top_share")
+        known = ("grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "activations", "pred_top_share",
+                 "val_metric")
         bad = [s for s in signals if s not in known]
         if bad:
             raise ValueError(f"signals: cannot withhold {bad[0]!r}; choose from {known}")
@@ -249,6 +256,8 @@ class Curve:
             elif name == "activations":
                 change.update(act_steps=np.zeros(0, dtype=np.int64), act_layer_names=(),
                               dead_frac=np.zeros((0, 0)), saturation=np.zeros((0, 0)))
+            elif name == "val_metric":
+                change.update(val_metric=np.zeros(0))
             else:
                 change.update(pred_steps=np.zeros(0, dtype=np.int64), pred_top_share=np.zeros(0))
         return dataclasses.replace(self, gaps=gaps, **change)
@@ -1262,6 +1271,11 @@ def _schema() -> Any:
             ("act_layer_names", pa.list_(pa.string())),
             ("dead_frac", pa.list_(f32)),
             ("saturation", pa.list_(f32)),
+            # what a classifier's answers say (empty lists where not measured); files written
+            # before these columns existed lack them and load with them empty
+            ("val_metric", f32),
+            ("pred_steps", pa.list_(pa.int32())),
+            ("pred_top_share", f32),
         ],
         metadata={"format": FORMAT},
     )
@@ -1277,7 +1291,8 @@ def _cell(values: np.ndarray, gaps: np.ndarray | None) -> Any:
 
 
 def _check_f32(c: Curve) -> None:
-    for field_name in ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "dead_frac", "saturation"):
+    for field_name in ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "dead_frac", "saturation",
+                       "val_metric", "pred_top_share"):
         a = getattr(c, field_name)
         if not np.array_equal(a.astype(np.float32).astype(np.float64), a, equal_nan=True):
             raise ValueError(f"{c.name}: {field_name} holds values that are not float32 numbers; cannot store exactly")
@@ -1288,7 +1303,10 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
 
     Each ``{kind}.arrow`` holds one row per curve; series are list columns (float32 values,
     exactly the curve's values), per-layer series are lists of per-layer lists (column
-    major). ``manifest.json`` lists every curve in order with its label and file.
+    major). ``val_metric``, ``pred_steps`` and ``pred_top_share`` are lists too (empty where
+    not measured); files written before they existed lack these three columns, and
+    :func:`load_suite` reads their curves with them empty. ``manifest.json`` lists every curve
+    in order with its label and file.
 
     Args:
         curves: The curves (names must be unique).
@@ -1320,6 +1338,9 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
             for key in ("loss", "grad_norm", "lr", "update_ratio", "val_loss"):
                 cols[key].append(_cell(getattr(c, key), c.gaps.get(key)))
             cols["val_steps"].append(c.val_steps.astype(np.int32))
+            cols["val_metric"].append(c.val_metric.astype(np.float32))
+            cols["pred_steps"].append(c.pred_steps.astype(np.int32))
+            cols["pred_top_share"].append(c.pred_top_share.astype(np.float32))
             cols["act_steps"].append(c.act_steps.astype(np.int32))
             cols["layer_names"].append(list(c.layer_names))
             cols["act_layer_names"].append(list(c.act_layer_names))
@@ -1378,7 +1399,8 @@ def _read_file(path: Path) -> dict[str, Curve]:
         "name", "kind", "difficulty", "seed", "onset_step", "total_steps", "first_nonfinite_step",
         "layer_names", "act_layer_names",
     )}
-    flat = {k: _lists(table.column(k)) for k in ("loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss", "act_steps")}
+    flat = {k: _lists(table.column(k)) for k in ("loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss", "act_steps",
+                                                 *_OPTIONAL_SERIES) if k in table.column_names}
     nested = {}
     for k in ("layer_grad_norms", "dead_frac", "saturation"):
         arr = table.column(k).combine_chunks()
@@ -1389,6 +1411,8 @@ def _read_file(path: Path) -> dict[str, Curve]:
     out: dict[str, Curve] = {}
     for i, name in enumerate(cols["name"]):
         def one(k: str, dtype: Any = np.float64, i: int = i) -> np.ndarray:
+            if k not in flat:  # an optional series the file does not have
+                return np.zeros(0, dtype=dtype)
             off, vals, _ = flat[k]
             return vals[off[i]:off[i + 1]].astype(dtype)
 
@@ -1424,6 +1448,9 @@ def _read_file(path: Path) -> dict[str, Curve]:
             update_ratio=one("update_ratio"),
             val_steps=one("val_steps", np.int64),
             val_loss=one("val_loss"),
+            val_metric=one("val_metric"),
+            pred_steps=one("pred_steps", np.int64),
+            pred_top_share=one("pred_top_share"),
             layer_names=tuple(cols["layer_names"][i]),
             layer_grad_norms=two("layer_grad_norms", n),
             act_steps=act_steps,

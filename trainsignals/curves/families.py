@@ -106,6 +106,7 @@ from trainsignals.curves.training import (
     fault_lr_factor,
     log_uniform,
     pick,
+    predictions,
     schedule_factor,
     seeded_rng,
     to_curve,
@@ -991,7 +992,8 @@ class _Ctx:
         x, y = data.batch()
         if fault:
             x, y = corrupt(spec, data, x, y, t, torch)
-        loss = loss_of(spec, model(x), y, torch)
+        out = model(x)
+        loss = loss_of(spec, out, y, torch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if spec.clip > 0:
@@ -1000,14 +1002,18 @@ class _Ctx:
             torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
         if not (fault and spec.fault.get("freeze") and t >= spec.onset):
             opt.step()
-        val = None
+        val = acc = None
         if (t % spec.val_every == 0 and t > 0) or (t == 0 and spec.val_at_zero):
             model.eval()
             with torch.no_grad():
-                val = loss_of(spec, model(data.x_val), data.y_val, torch)
+                out_val = model(data.x_val)
+                val = loss_of(spec, out_val, data.y_val, torch)
             model.train()
-        if watcher is not None:
-            watcher.update(loss=loss.detach(), val_loss=val)
+            if not data.regression:
+                acc = predictions(out_val, data.y_val, torch)[1]
+        if watcher is not None:  # a classifier's answers: the top share of this batch, the validation accuracy
+            share = None if data.regression else predictions(out, None, torch)[0]
+            watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
         return float(loss.detach())
 
 

@@ -160,6 +160,7 @@ from trainsignals.curves.training import (
     fault_lr_factor,
     log_uniform,
     pick,
+    predictions,
     schedule_factor,
     seeded_rng,
     to_curve,
@@ -622,20 +623,24 @@ def _train(spec: RunSpec, torch: Any) -> tuple[Curve, dict[str, Any]]:
                     data.restrict(int(spec.fault["n_examples"]))
             x, y = data.batch()
             x, y = _corrupt(spec, data, x, y, t, torch)
-            loss = loss_fn(model(x), y)
+            out = model(x)
+            loss = loss_fn(out, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if spec.clip > 0:
                 watcher.capture_grads()     # the norms before clipping
                 torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
             opt.step()
-            val = None
+            val = acc = None
             if (t % spec.val_every == 0 and t > 0) or (t == 0 and spec.val_at_zero):
                 model.eval()
                 with torch.no_grad():
-                    val = loss_fn(model(data.x_val), data.y_val)
+                    out_val = model(data.x_val)
+                    val = loss_fn(out_val, data.y_val)
                 model.train()
-            watcher.update(loss=loss.detach(), val_loss=val)
+                acc = predictions(out_val, data.y_val, torch)[1]
+            share = predictions(out, None, torch)[0]  # the classifier's answers: this batch's top share
+            watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
     finally:
         watcher.close()
     return to_curve(spec, collector.rows, watcher), info

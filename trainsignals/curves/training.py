@@ -241,6 +241,20 @@ def watch(model: Any, optimizer: Any, spec: RunSpec) -> tuple[Any, Collector]:
     return watcher, collector
 
 
+def predictions(out: Any, y: Any | None, torch: Any) -> tuple[Any, Any]:
+    """What a classifier's outputs ``out`` (classes along the last dimension) say of its answers:
+    the share of the most-predicted class in the batch (``pred_top_share``, as the torch adapter
+    measures it) and, given the true classes ``y``, the accuracy (``val_metric``; ``None``
+    without ``y``). Both are 0-d tensors, measured without gradients: the run is not touched.
+    """
+    from trainsignals.adapters.torch import pred_top_share
+
+    with torch.no_grad():
+        out = out.detach()
+        acc = None if y is None else (out.argmax(-1) == y).to(torch.float32).mean()
+        return pred_top_share(out), acc
+
+
 def _f32(a: Any) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         return np.asarray(a, dtype=np.float64).astype(np.float32).astype(np.float64)
@@ -274,6 +288,10 @@ def to_curve(spec: RunSpec, rows: list[tuple[int, dict[str, float], Any, Any]], 
             lgn[i] = r[2][0]
     val_steps = np.array([r[0] for r in rows if "val_loss" in r[1]], dtype=np.int64)
     val_loss = _f32([r[1]["val_loss"] for r in rows if "val_loss" in r[1]])
+    val_metric = _f32([r[1]["val_metric"] for r in rows if "val_loss" in r[1]]
+                      if all("val_metric" in r[1] for r in rows if "val_loss" in r[1]) else [])
+    pred_steps = np.array([r[0] for r in rows if "pred_top_share" in r[1]], dtype=np.int64)
+    pred_top_share = _f32([r[1]["pred_top_share"] for r in rows if "pred_top_share" in r[1]])
     act_rows = [(r[0], r[3]) for r in rows if r[3] is not None]
     act_names: tuple[str, ...] = tuple(act_rows[0][1][1]) if act_rows else ()
     act_steps = np.array([s for s, _ in act_rows], dtype=np.int64)
@@ -285,7 +303,8 @@ def to_curve(spec: RunSpec, rows: list[tuple[int, dict[str, float], Any, Any]], 
     return Curve(
         name=spec.name, kind=spec.kind, onset_step=spec.onset, difficulty=spec.family, seed=spec.seed,
         total_steps=n, steps=np.arange(n, dtype=np.int64), loss=loss, grad_norm=grad, lr=dense("lr"),
-        update_ratio=dense("update_ratio"), val_steps=val_steps, val_loss=val_loss,
+        update_ratio=dense("update_ratio"), val_steps=val_steps, val_loss=val_loss, val_metric=val_metric,
+        pred_steps=pred_steps, pred_top_share=pred_top_share,
         layer_names=layer_names, layer_grad_norms=_f32(lgn), act_steps=act_steps,
         act_layer_names=act_names, dead_frac=_f32(dead), saturation=_f32(sat),
         first_nonfinite_step=int(np.argmax(bad)) if bad.any() else -1, gaps=gaps,

@@ -108,6 +108,13 @@ def first_true(mask: np.ndarray) -> int:
     return idx
 
 
+def before_first_negative(column: np.ndarray, i: int, j: int) -> int:
+    """How many values of ``column[i:j]`` come before its first finite negative one (``j - i``:
+    none): the stretch a rule that wakes at a loss below zero skips.
+    """
+    return first_true((column[i:j] < 0.0) & (column[i:j] > -np.inf))  # nan compares false
+
+
 #: a step before any step a run can have (steps lie above -2**62: trainsignals._validate.to_step);
 #: the "no event yet" of the detectors' cooldowns
 NEVER = -(2**62)

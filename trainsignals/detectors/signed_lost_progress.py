@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from ._base import Knob
+from ._ops import before_first_negative
 from .lost_progress import LOST_KEYS, LostProgress
 
 
@@ -91,16 +92,10 @@ class SignedLostProgress(LostProgress):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._signed:
             return super()._fast(arrays, steps, i, j)
-        x = arrays[0][i:j]
-        neg = np.flatnonzero((x < 0.0) & (x > -np.inf))  # the first finite negative value (nan compares false)
-        k = int(neg[0]) if len(neg) else j - i
+        k = before_first_negative(arrays[0], i, j)
         if k:
             self._last_step = int(steps[i + k - 1])
         return k
-
-    def _set_state(self, state: dict[str, Any]) -> None:
-        super()._set_state(state)
-        self._signed = bool(state["signed"])
 
 
 __all__ = ["SignedLostProgress"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from .._events import Event, make_event
 from ._base import Knob
 from ._ewma_jump import HOLD, MIN_RATIO, THRESHOLD, TRACK_KEYS
+from ._ops import before_first_negative
 from .ewma_z_spike import EWMAZSpike
 
 
@@ -90,16 +91,10 @@ class SignedZSpike(EWMAZSpike):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._signed:
             return self._track_fast(arrays[0], steps, i, j)
-        x = arrays[0][i:j]
-        neg = np.flatnonzero((x < 0.0) & (x > -np.inf))  # the first finite negative value (nan compares false)
-        k = int(neg[0]) if len(neg) else j - i
+        k = before_first_negative(arrays[0], i, j)
         if k:
             self._last_step = int(steps[i + k - 1])
         return k
-
-    def _set_state(self, state: dict[str, Any]) -> None:
-        super()._set_state(state)
-        self._signed = bool(state["signed"])
 
 
 __all__ = ["SignedZSpike"]

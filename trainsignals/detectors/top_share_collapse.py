@@ -33,13 +33,20 @@ class TopShareCollapse(Detector):
     between successive values: a trend does not inflate it) and a fast EWMA of ``log(loss)``,
     fed at the steps that have both. The slow level follows the fast one down at once when the
     fast one is six standard deviations below it (the predictions spreading out after
-    initialisation is a real fall, not noise). After ``warmup`` values the *baseline* is the
-    lowest slow level seen since (a running minimum), with the smoothed log loss at the step it
-    was set. The slow level and the scatter learn only from values within a quarter of the way
-    to the threshold, so a collapse never inflates the statistics it is measured against. It
-    fires ``silent_collapse`` (a warning) when
+    initialisation is a real fall, not noise). The *baseline* is the lowest level the share
+    *held*: the slow level once the fast share has stayed within a quarter of the gap (below)
+    of it, above or below, for ``warmup`` values in a row after its first ``warmup`` values
+    (taken again, lower, each time the share holds a lower level that long), with the smoothed
+    log loss at the step it was set. A network at or near initialisation answers as its random
+    weights make it, often one class (its prior, or a random favourite: a character model's
+    space, a ViT's first steps), and spreads its answers only as it learns, bunching up again
+    now and then on the way; those answers are not a diversity the model held, so they set no
+    baseline, and a model that never held a diverse level has none to lose: the rule stays
+    quiet on it. The slow level and the scatter learn only from
+    values within a quarter of the way to the threshold, so a collapse never inflates the
+    statistics it is measured against. It fires ``silent_collapse`` (a warning) when
 
-    * the fast share rose ``rise`` of the way from the baseline to 1 (``share >= base + rise *
+    * the fast share rose ``rise`` of the way from the baseline to 1 (``share > base + rise *
       (1 - base)``: relative to the run's own level, so a 2-class and a 1000-class problem are
       judged alike), and at least six standard deviations of its own noise, and
     * the training loss kept falling: the smoothed loss is at most ``loss_tolerance`` times its
@@ -58,13 +65,20 @@ class TopShareCollapse(Detector):
     difficulty; 2 to 1000 classes, batches of 32 to 512 predictions every 1 to 5 steps) the
     largest ``(share - base) / (1 - base)`` that also cleared the noise condition was 0.39 (the
     runs' 99th percentile: 0.17); ``rise = 0.5`` lies above it, and no alarm fired in their
-    580,000 steps (``benchmarks/probe_collapse_thresholds.py``).
+    580,000 steps (``benchmarks/probe_collapse_thresholds.py``). Real runs record the share too
+    (the real-run builder, every step): with the baseline taken after the first ``warmup`` values,
+    5 of the development suite's 32 healthy runs alarmed in their first 44 steps (a network
+    answering one class before it has learned); with the held baseline none does (16,049
+    steps), and on ``datasets/real`` rebuilt with the share (117 healthy runs, not committed)
+    one run does, a small-batch MLP at step 58.
 
     Args:
         alpha: weight of the fast smoothed share and of the smoothed log loss, in (0, 1].
         slow: weight of the slow level and scatter of the share, in (0, alpha).
         rise: how far from the baseline toward 1 the share must rise, in (0, 1).
-        warmup: values before the baseline starts, >= 1.
+        warmup: the first values, which set no baseline (the untrained network's answers), and
+            the values in a row the share must then hold still at a level before it becomes
+            the baseline, >= 1.
         loss_tolerance: how much the smoothed loss may exceed its level at the baseline and
             still count as falling, >= 1.
         cooldown: steps after an event without a new one, >= 0.
@@ -86,7 +100,7 @@ class TopShareCollapse(Detector):
     knob = Knob("rise", 0.1, 0.95, log=False)
 
     inputs = (Input("pred_top_share"), Input("loss"))
-    _state_keys = ("n", "f", "m", "v", "prev", "u", "base", "base_u", "calm", "quiet", "last_step")
+    _state_keys = ("n", "f", "m", "v", "prev", "u", "base", "base_u", "held", "calm", "quiet", "last_step")
 
     def __init__(self, alpha: float = 0.2, slow: float = 0.01, rise: float = 0.5, warmup: int = 20,
                  loss_tolerance: float = 1.05, cooldown: int = 100) -> None:
@@ -117,6 +131,7 @@ class TopShareCollapse(Detector):
         self._u = 0.0  # smoothed log loss
         self._base: float | None = None  # the lowest slow level since warm-up
         self._base_u = 0.0  # the smoothed log loss when the baseline was set
+        self._held = 0  # values in a row the share has held still at its slow level
         self._calm = -1  # the last step the share was near its baseline
         self._quiet = -1  # no event up to and including this step
         self._last_step = -1
@@ -135,6 +150,8 @@ class TopShareCollapse(Detector):
                 self._u = self._a * math.log(loss) + self._b * self._u
         base = self._base
         sd = math.sqrt(self._v * self._noise)  # the fast share's noise
+        m = self._m  # holding still: the fast share within a quarter of the gap of the slow level, either way
+        still = abs(self._f - m) <= _ONSET_FRAC * max(self.rise * (1.0 - m), _NOISE_Z * sd)
         gap = 0.0 if base is None else max(self.rise * (1.0 - base), _NOISE_Z * sd)
         if base is None or self._f <= base + _ONSET_FRAC * gap:  # near the baseline: learn from it
             self._calm = step
@@ -145,12 +162,11 @@ class TopShareCollapse(Detector):
                 if self._f < self._m - _NOISE_Z * sd:  # a real fall: the level follows it
                     self._m = self._f
         self._prev = share
-        if self._n < self.warmup:
-            return None
-        if base is None or self._m < base:
+        self._held = self._held + 1 if still and self._n > self.warmup else 0  # the first values: the network's own
+        if self._held >= self.warmup and (base is None or self._m < base):  # a level it held: the baseline
             self._base, self._base_u = self._m, self._u
             return None
-        if self._f < base + gap or self._u > self._base_u + self._ltol or step <= self._quiet:
+        if base is None or self._f <= base + gap or self._u > self._base_u + self._ltol or step <= self._quiet:
             return None
         self._quiet = step + self.cooldown
         return make_event(Kind.SILENT_COLLAPSE, "warning", step, self._calm, type(self).__name__, "pred_top_share",

@@ -39,7 +39,11 @@ class UpdateRatioAboveBand(Detector):
     a level at least ``jump`` decades above the reference: updates an order of magnitude larger
     than the run's own. A small network trained with plain SGD at a high learning rate lives well
     at 1e-2, so the edge is the run's own. Fires ``update_ratio_high`` when the level crosses the
-    edge, after ``warmup`` values.
+    edge, after ``warmup`` values. The learning rate, the optional second input (``nan`` when
+    unknown), takes its share of a jump: its own level and reference (the same EWMAs of
+    ``log10(lr)``, fed at the steps with a ratio) are kept, and the decades its level rose above its reference are taken off
+    the ratio's rise, so a warm restart that lifts the rate 40-fold and the updates with it is
+    the schedule, not violent updates; the hard edge ``high`` holds whatever the rate.
 
     ``onset_step`` is the first value of the excursion. After an event the detector fires again
     only once the level came back under the edge, and not within ``cooldown`` steps of the last
@@ -63,14 +67,17 @@ class UpdateRatioAboveBand(Detector):
         >>> ratio = np.r_[np.full(300, 3e-3), np.full(100, 0.05)]  # 10x above its own level
         >>> [(e.kind.value, e.step) for e in UpdateRatioAboveBand().scan(update_ratio=ratio)]
         [('update_ratio_high', 305)]
+        >>> lr = np.r_[np.full(300, 1e-4), np.full(100, 2e-3)]  # ... when the rate rose as much: a restart
+        >>> UpdateRatioAboveBand().scan(update_ratio=ratio, lr=lr)
+        []
     """
 
     knob = Knob("jump", 0.2, 5.0)
     spans = {"settle": "warmup"}
     rates = ("ref_alpha",)
 
-    inputs = (Input("update_ratio"),)
-    _state_keys = ("n", "level", "ref", "out", "onset", "quiet_until", "last_step")
+    inputs = (Input("update_ratio"), Input("lr", required=False))
+    _state_keys = ("n", "level", "ref", "lr_level", "lr_ref", "out", "onset", "quiet_until", "last_step")
 
     def __init__(self, high: float = HIGH, band_top: float = BAND_TOP, jump: float = JUMP, alpha: float = ALPHA,
                  ref_alpha: float = REF_ALPHA, warmup: int = WARMUP, settle: int = SETTLE, cooldown: int = 0) -> None:
@@ -93,15 +100,24 @@ class UpdateRatioAboveBand(Detector):
     def _reset(self) -> None:
         self._n = 0
         self._level = self._ref = 0.0
+        self._lr_level: float | None = None  # the learning rate's level and reference (None: no rate seen)
+        self._lr_ref = 0.0
         self._out = False  # reported, not yet back under the edge
         self._onset = -1
         self._quiet_until: int | None = None
         self._last_step = -1
 
-    def _step(self, x: float, step: int) -> Event | None:
+    def _step(self, x: float, lr: float, step: int) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:
             return None
+        if lr - lr == 0.0 and lr > 0.0:  # the rate's levels move at the steps the ratio is judged
+            ll = math.log10(lr)
+            if self._lr_level is None:
+                self._lr_level = self._lr_ref = ll
+            else:
+                self._lr_level = self._a * ll + self._b * self._lr_level
+                self._lr_ref = self._ra * ll + self._rb * self._lr_ref
         y = math.log10(x)
         if self._n == 0:
             self._level = self._ref = y
@@ -110,6 +126,8 @@ class UpdateRatioAboveBand(Detector):
             self._ref = self._ra * y + self._rb * self._ref
         self._n += 1
         lv, ref = self._level, self._ref
+        if self._lr_level is not None and self._lr_level > self._lr_ref:  # the rate's own rise: the schedule's
+            ref += self._lr_level - self._lr_ref
         jumped = lv > self._ltop and lv - ref >= self.jump and self._n > self.settle
         if not (lv > self._lhi or jumped):
             self._out, self._onset = False, -1
@@ -134,19 +152,28 @@ class UpdateRatioAboveBand(Detector):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._n <= self.warmup or self._out or self._onset >= 0:
             return 0
+        lr = arrays[1][i:j]
         with np.errstate(divide="ignore", invalid="ignore"):
-            y = np.log10(arrays[0][i:j])
-        lim = first_true(~np.isfinite(y))
+            y, llr = np.log10(arrays[0][i:j]), np.log10(lr)
+        # the rate must be uniformly known (and positive) or unknown in the block
+        lim = first_true(~np.isfinite(y) | (~np.isnan(lr) if self._lr_level is None else ~np.isfinite(llr)))
         if lim == 0:
             return 0
         y = y[:lim]
         lv = ewma(y, self._a, self._b, self._level)
         ref = ewma(y, self._ra, self._rb, self._ref)
+        rise = lv - ref
+        if self._lr_level is not None:
+            lrl = ewma(llr[:lim], self._a, self._b, self._lr_level)
+            lrr = ewma(llr[:lim], self._ra, self._rb, self._lr_ref)
+            rise -= np.maximum(lrl - lrr, 0.0)
         n_at = self._n + np.arange(1, lim + 1)
-        jumped = (n_at > self.settle) & (lv > self._ltop) & (lv - ref >= self.jump)
+        jumped = (n_at > self.settle) & (lv > self._ltop) & (rise >= self.jump)
         k = first_true((lv > self._lhi) | jumped)  # a value over the edge is the scalar path's
         if k:
             self._level, self._ref = float(lv[k - 1]), float(ref[k - 1])
+            if self._lr_level is not None:
+                self._lr_level, self._lr_ref = float(lrl[k - 1]), float(lrr[k - 1])
             self._n += k
             self._last_step = int(steps[i + k - 1])
         return k
