@@ -126,6 +126,26 @@ def test_an_untrained_network_answering_one_class_is_no_collapse_and_a_later_one
         assert got and 500 <= got[0] <= 550, (seed, got)
 
 
+def test_a_lucky_validation_is_no_gain_to_lose_and_a_held_one_is() -> None:
+    """A slow learner's accuracy sits near its start with one lucky draw above it, then climbs:
+    the draw the next validation does not confirm is no gain, so its return is no collapse; a
+    fall from a level two validations held is one."""
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed + 50_000)
+        steps = np.arange(25, 1500, 25)
+        start = rng.uniform(0.2, 0.4)
+        acc = start + np.clip((steps - 600) / 900, 0, 1) * rng.uniform(0.1, 0.2) + rng.normal(0, 0.004, len(steps))
+        k = int(rng.integers(4, 12))
+        acc[k] += rng.uniform(0.03, 0.05)             # one lucky validation while still near the start
+        loss = 2.0 * np.exp(-steps / 2000)
+        det = ts.ValMetricChance(chance=start)        # the level of answering one class, known
+        assert [e for s, a, lo in zip(steps, acc, loss) for e in det.update(step=int(s), val_metric=float(a), loss=float(lo))] == [], seed
+        acc[k + 1] = acc[k]                           # the next validation holds it: a gain the model had
+        det = ts.ValMetricChance(chance=start)
+        got = [e.step for s, a, lo in zip(steps, acc, loss) for e in det.update(step=int(s), val_metric=float(a), loss=float(lo))]
+        assert got and steps[k + 2] <= got[0] <= steps[k + 2] + 150, (seed, got)  # within 6 validations
+
+
 def test_a_loss_that_rises_with_the_share_is_not_a_silent_collapse():
     t = np.arange(600)
     share = np.where(t < 300, 0.1, 0.95)
