@@ -69,8 +69,8 @@ class TopShareCollapse(Detector):
     (the real-run builder, every step): with the baseline taken after the first ``warmup`` values,
     5 of the development suite's 32 healthy runs alarmed in their first 44 steps (a network
     answering one class before it has learned); with the held baseline none does (16,049
-    steps), and on ``datasets/real`` rebuilt with the share (117 healthy runs, not committed)
-    one run does, a small-batch MLP at step 58.
+    steps), and of the 117 healthy runs of ``datasets/real`` (rebuilt with the share) one run
+    does, a small-batch MLP at step 58: 1 alarm in 150,985 tuning healthy steps in all.
 
     Args:
         alpha: weight of the fast smoothed share and of the smoothed log loss, in (0, 1].
