@@ -3,7 +3,8 @@
 Tiny runs (a few hundred steps of a small MLP/CNN/character model on CPU) check determinism,
 that the labelling check keeps a fault that took effect and drops one that did not, and that
 a written suite loads with :func:`trainsignals.curves.load_suite`. The committed suite is
-checked as it is: it loads, its labels pass their checks, its manifest says how it was made.
+checked as it is: it loads, its labels pass their checks, its manifest says how it was made, and
+a run of two of its families retrains to its stored values (the suite matches its command).
 """
 
 from __future__ import annotations
@@ -219,3 +220,20 @@ def test_stalls_of_fresh_real_runs_are_named_within_the_target_window(torch: Any
         assert not [e for e in ts.Monitor(total_steps=healthy.total_steps).scan(**healthy.signals())
                     if e.kind is ts.Kind.STALL]
     assert kept >= 3
+
+
+@pytest.mark.parametrize("family", ["mlp", "charlm"])
+def test_a_committed_run_retrains_to_its_stored_values(committed: list[Any], torch: Any, family: str) -> None:
+    """The suite matches its command: the family's shortest faulty run, trained again in a fresh
+    worker with the pinned kernels as the build trains, gives its stored values bit for bit (the
+    classifier's answers included) and its label."""
+    manifest = json.loads((default_directory() / "manifest.json").read_text())
+    entry = min((e for e in manifest["curves"] if e["family"] == family and e["intended_kind"] != "healthy"),
+                key=lambda e: e["config"]["steps"])
+    cfg = dict(entry["config"], augment=tuple(entry["config"]["augment"]))
+    again = _map([RunSpec(**cfg)], 1, None)[0]
+    stored = next(c for c in committed if c.name == entry["name"])
+    got = again["curve"]
+    assert got is not None and got.name == stored.name and got.kind == stored.kind and same(got, stored)
+    for f in ("val_metric", "pred_steps", "pred_top_share"):
+        assert np.array_equal(getattr(got, f), getattr(stored, f), equal_nan=True), f
