@@ -101,15 +101,16 @@ from trainsignals.curves.labels import (
 from trainsignals.curves.training import (
     FAULT_KINDS,
     RunSpec,
+    accuracy,
     corpus,
     digits,
     fault_lr_factor,
     log_uniform,
     pick,
-    predictions,
     schedule_factor,
     seeded_rng,
     to_curve,
+    top_share,
     watch,
 )
 from trainsignals.kinds import default_window
@@ -1010,9 +1011,9 @@ class _Ctx:
                 val = loss_of(spec, out_val, data.y_val, torch)
             model.train()
             if not data.regression:
-                acc = predictions(out_val, data.y_val, torch)[1]
+                acc = accuracy(out_val, data.y_val, torch)
         if watcher is not None:  # a classifier's answers: the top share of this batch, the validation accuracy
-            share = None if data.regression else predictions(out, None, torch)[0]
+            share = None if data.regression else top_share(out)
             watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
         return float(loss.detach())
 

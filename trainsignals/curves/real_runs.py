@@ -155,15 +155,16 @@ from trainsignals.curves.labels import (
 from trainsignals.curves.training import (
     FAULT_KINDS,
     RunSpec,
+    accuracy,
     corpus,
     digits,
     fault_lr_factor,
     log_uniform,
     pick,
-    predictions,
     schedule_factor,
     seeded_rng,
     to_curve,
+    top_share,
     watch,
 )
 from trainsignals.kinds import default_window
@@ -638,8 +639,8 @@ def _train(spec: RunSpec, torch: Any) -> tuple[Curve, dict[str, Any]]:
                     out_val = model(data.x_val)
                     val = loss_fn(out_val, data.y_val)
                 model.train()
-                acc = predictions(out_val, data.y_val, torch)[1]
-            share = predictions(out, None, torch)[0]  # the classifier's answers: this batch's top share
+                acc = accuracy(out_val, data.y_val, torch)
+            share = top_share(out)  # the classifier's answers: this batch's top share
             watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
     finally:
         watcher.close()

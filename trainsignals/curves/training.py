@@ -241,18 +241,22 @@ def watch(model: Any, optimizer: Any, spec: RunSpec) -> tuple[Any, Collector]:
     return watcher, collector
 
 
-def predictions(out: Any, y: Any | None, torch: Any) -> tuple[Any, Any]:
-    """What a classifier's outputs ``out`` (classes along the last dimension) say of its answers:
-    the share of the most-predicted class in the batch (``pred_top_share``, as the torch adapter
-    measures it) and, given the true classes ``y``, the accuracy (``val_metric``; ``None``
-    without ``y``). Both are 0-d tensors, measured without gradients: the run is not touched.
+def top_share(out: Any) -> Any:
+    """The share of the most-predicted class among a classifier's outputs ``out`` (classes along
+    the last dimension): ``pred_top_share``, as the torch adapter measures it, a 0-d tensor
+    taken without gradients (the run is not touched).
     """
     from trainsignals.adapters.torch import pred_top_share
 
+    return pred_top_share(out.detach())
+
+
+def accuracy(out: Any, y: Any, torch: Any) -> Any:
+    """The share of the outputs ``out`` whose most likely class is the true class ``y``
+    (``val_metric``), a 0-d tensor taken without gradients.
+    """
     with torch.no_grad():
-        out = out.detach()
-        acc = None if y is None else (out.argmax(-1) == y).to(torch.float32).mean()
-        return pred_top_share(out), acc
+        return (out.detach().argmax(-1) == y).to(torch.float32).mean()
 
 
 def _f32(a: Any) -> np.ndarray:

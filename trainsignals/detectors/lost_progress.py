@@ -86,6 +86,7 @@ class LostProgress(Detector):
         self._lost, self._lmin = math.log(ratio), math.log(min_ratio)
         self._half_lmin = _CLIMB_SHARE * self._lmin
         self._lz = z / NOISE_PER_SD
+        self._logged = self._units == "log"
         self._la = 2.0 / (window + 1.0)  # the EWMA weight whose mean age is that of the window
         self._lb = 1.0 - self._la
         self._reset()
@@ -115,16 +116,11 @@ class LostProgress(Detector):
         return rise >= lost and rise >= self._lz * statistics.fmean(
             [abs(v[k] - 2.0 * v[k - 1] + v[k - 2]) for k in range(2, len(v))])
 
-    def _value(self, x: float, log_x: float | None) -> float | None:  # None: a value the rule skips
-        if x - x != 0.0 or x <= 0.0:
-            return None
-        return log(x) if log_x is None else log_x
-
     def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
-        y = self._value(x, log_x)
-        if y is None:
+        if x - x != 0.0 or x <= 0.0 and self._logged:  # skipped: not finite, or no log
             return None
+        y = (log(x) if log_x is None else log_x) if self._logged else x
         buf = self._buf
         level = self._la * y + self._lb * self._level if buf else y
         if not buf:
@@ -141,7 +137,8 @@ class LostProgress(Detector):
         else:
             if level < best:
                 best = self._best = level
-            self._climb, self._reported = -1, False  # a calm step ends a climb (and its report)
+            if self._climb >= 0:  # a calm step ends a climb (and its report)
+                self._climb, self._reported = -1, False
         if len(buf) == self.window - 1:  # the first window is in: the run's starting level
             self._start = self._low = level
         buf.append(y)
@@ -164,7 +161,7 @@ class LostProgress(Detector):
         w = self.window
         if len(self._buf) < w:
             return 0
-        logged = self._units == "log"
+        logged = self._logged
         lim = first_unusable(arrays[0], i, j, positive=logged)
         if lim == 0:
             return 0

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._events import Event
 from ._base import Knob
 from ._ops import before_first_negative
 from .lost_progress import LOST_KEYS, LostProgress
@@ -68,14 +69,13 @@ class SignedLostProgress(LostProgress):
         super()._reset()
         self._signed = False  # a negative value was seen: the rule watches from it on
 
-    def _value(self, x: float, log_x: float | None) -> float | None:
-        if x - x != 0.0:
-            return None
+    def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         if not self._signed:
-            if not x < 0.0:  # positive or zero: LostProgress's domain
+            if not (x < 0.0 and x > -math.inf):  # positive, zero or not finite: LostProgress's domain
+                self._last_step = step
                 return None
             self._signed = True
-        return x
+        return super()._step(x, step)
 
     def _need(self) -> float:
         prog = self._start - self._low

@@ -41,9 +41,10 @@ class UpdateRatioAboveBand(Detector):
     at 1e-2, so the edge is the run's own. Fires ``update_ratio_high`` when the level crosses the
     edge, after ``warmup`` values. The learning rate, the optional second input (``nan`` when
     unknown), takes its share of a jump: its own level and reference (the same EWMAs of
-    ``log10(lr)``, fed at the steps with a ratio) are kept, and the decades its level rose above its reference are taken off
-    the ratio's rise, so a warm restart that lifts the rate 40-fold and the updates with it is
-    the schedule, not violent updates; the hard edge ``high`` holds whatever the rate.
+    ``log10(lr)``, fed at the steps with a ratio) are kept, and the decades its level rose
+    above its reference are taken off the ratio's rise, so a warm restart that lifts the rate
+    40-fold and the updates with it is the schedule, not violent updates; the hard edge
+    ``high`` holds whatever the rate.
 
     ``onset_step`` is the first value of the excursion. After an event the detector fires again
     only once the level came back under the edge, and not within ``cooldown`` steps of the last
