@@ -421,6 +421,7 @@ class TorchWatcher:
         self.events: list[ts.Event] = []
         self._step = 0                      # index of the optimizer step being measured
         self._grad_sq: torch.Tensor | None = None        # per-parameter squared norms of this step
+        self._no_grad: torch.Tensor | None = None        # which parameters had no gradient then (None: all had)
         self._ratio: torch.Tensor | None = None          # [global, per layer...] update ratios
         self._snapshot: list[torch.Tensor] | None = None
         self._ratio_buf: list[torch.Tensor] | None = None
@@ -572,7 +573,21 @@ class TorchWatcher:
         return out
 
     def _grad_sq_now(self) -> torch.Tensor:
-        return self._sq_norms([p.grad for p in self._params])
+        grads = [p.grad for p in self._params]
+        self._no_grad = None if all(g is not None for g in grads) else \
+            torch.tensor([g is None for g in grads], device=self._device)
+        return self._sq_norms(grads)
+
+    def _layer_norms(self, grad_sq: torch.Tensor) -> torch.Tensor:
+        """Per-layer grad norms; ``nan`` (not measured) for a layer none of whose parameters has a
+        gradient this step (left out of the graph: an expert the router skipped, an unused branch),
+        so that a norm of exactly 0 always means a gradient computed as 0.
+        """
+        norms = self._per_layer(grad_sq).sqrt()
+        if self._no_grad is None:
+            return norms
+        got = self._per_layer((~self._no_grad).float())
+        return torch.where(got > 0, norms, torch.full_like(norms, float("nan")))
 
     def _sq_norms(self, tensors: list[torch.Tensor | None]) -> torch.Tensor:
         """Squared norms, one per parameter; 0 where the tensor is None."""
@@ -680,7 +695,7 @@ class TorchWatcher:
             # are what the step applied (also when a closure ran backward inside step()): one
             # more fused norm pass, on such steps only
             with torch.no_grad():
-                self._applied_sq = self._grad_sq_now().sum()
+                self._applied_sq = self._sq_norms([p.grad for p in self._params]).sum()
         if self.skip_nonfinite_steps and self.scaler is None:
             with torch.no_grad():
                 self._skip_finish(optimizer)
@@ -877,7 +892,7 @@ class TorchWatcher:
         if grad_sq is not None and not skipped:
             put("measured", grad_sq.sum().sqrt())
             if self.per_layer is not None:
-                put("layers", self._per_layer(grad_sq).sqrt())
+                put("layers", self._layer_norms(grad_sq))
         if self._ratio is not None and not skipped:
             put("ratio", self._ratio)
         if self._applied_sq is not None and not skipped:

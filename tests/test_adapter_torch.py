@@ -361,3 +361,24 @@ def test_grad_scaler_skips_are_info_and_a_long_run_is_critical() -> None:
     assert [e.detector for e in w.monitor.events] == ["GradScaler"] * 3
     assert w.monitor.status == "diverging"                 # the critical one; the info ones never
 
+
+
+def test_a_layer_left_out_of_the_graph_is_not_measured_and_a_zero_gradient_is_zero() -> None:
+    """A layer none of whose parameters got a gradient this step (an unused branch: ``.grad`` is
+    None) is fed as ``nan``, not measured; a layer whose gradient was computed as exactly 0 is fed
+    as 0 (what ``ZeroRunGradCliff`` reads as vanishing)."""
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"used": nn.Linear(4, 2), "branch": nn.Linear(4, 2), "dead": nn.Linear(4, 4)})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = TorchWatcher(model, opt, per_layer="module")
+    spy = Spy(w)
+    x = torch.randn(8, 4)
+    with torch.no_grad():
+        model["dead"].bias.fill_(-100.0)   # every unit's ReLU output 0: no gradient flows through it
+    out = model["used"](torch.relu(model["dead"](x)) + x)
+    out.square().mean().backward()
+    opt.step()
+    w.update()
+    fed = spy.fed[0]["layer_grad_norms"]
+    assert math.isnan(fed["branch"]) and fed["dead"] == 0.0 and fed["used"] > 0.0
+    assert spy.fed[0]["grad_norm"] == pytest.approx(fed["used"], rel=1e-6)

@@ -38,7 +38,9 @@ def test_each_detector_takes_at_most_8_parameters():
 def test_every_default_rule_with_a_threshold_declares_its_knob():
     no_knob = {n for n, d in ts.default_suite(calibrated=False).items() if d.knob is None}
     # NonFinite has no threshold; SignedZSpike watches negative losses, which no tuning run holds: there
-    # is nothing to calibrate it on (it keeps EWMAZSpike's threshold, and its docstring says so)
+    # is nothing to calibrate it on (it keeps EWMAZSpike's threshold, and its docstring says so); nor does any
+    # tuning run's healthy layer hold a grad norm of exactly 0, what ZeroRunGradCliff counts
     assert no_knob == {"nonfinite_loss", "nonfinite_grad_norm", "nonfinite_lr", "nonfinite_update_ratio",
-                       "nonfinite_val_loss", "loss_spike_signed", "lost_progress_signed"}
-    assert all("not calibrated" in (c.__doc__ or "") for c in (ts.SignedZSpike, ts.SignedLostProgress))
+                       "nonfinite_val_loss", "loss_spike_signed", "lost_progress_signed", "layer_cliff_zero"}
+    assert all("not calibrated" in (c.__doc__ or "") for c in (ts.SignedZSpike, ts.SignedLostProgress,
+                                                               ts.ZeroRunGradCliff))

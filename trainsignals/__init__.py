@@ -61,6 +61,7 @@ from .detectors import (  # noqa: E402
     UpdateRatioBelowBand,
     ValMetricChance,
     ZeroFractionDeadUnits,
+    ZeroRunGradCliff,
     interval_settings,
 )
 from .policy import EventPolicy  # noqa: E402
@@ -123,6 +124,7 @@ __all__ = [
     "UpdateRatioBelowBand",
     "ValMetricChance",
     "ZeroFractionDeadUnits",
+    "ZeroRunGradCliff",
     "TrendDivergence",
     "__version__",
     "scan",

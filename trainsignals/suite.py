@@ -64,6 +64,7 @@ from .detectors import (
     UpdateRatioBelowBand,
     ValMetricChance,
     ZeroFractionDeadUnits,
+    ZeroRunGradCliff,
     interval_settings,
 )
 
@@ -120,6 +121,7 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("climb_overfitting", MemorisationClimbOverfitting, {}, None),
     ("layer_cliff_gap", MedianGapGradCliff, {}, None),
     ("layer_cliff_drop", OwnDropGradCliff, {}, None),
+    ("layer_cliff_zero", ZeroRunGradCliff, {}, None),
     ("layer_update_ratio", LayerUpdateRatio, {}, None),
     ("dead_units", ZeroFractionDeadUnits, {}, None),
     ("saturation", FlatFractionSaturation, {}, None),

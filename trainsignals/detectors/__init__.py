@@ -39,6 +39,7 @@ from .update_ratio_above_band import UpdateRatioAboveBand
 from .update_ratio_below_band import UpdateRatioBelowBand
 from .val_metric_chance import ValMetricChance
 from .zero_fraction_dead_units import ZeroFractionDeadUnits
+from .zero_run_grad_cliff import ZeroRunGradCliff
 
 __all__ = [
     "AbruptPlateau",
@@ -74,6 +75,7 @@ __all__ = [
     "UpdateRatioBelowBand",
     "ValMetricChance",
     "ZeroFractionDeadUnits",
+    "ZeroRunGradCliff",
     "GradLossDecoupling",
     "JointCollapse",
     "LevelStepOverfitting",
