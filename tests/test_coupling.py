@@ -112,3 +112,32 @@ def test_the_monitor_reports_the_collapse_to_zero():
     loss, grad = collapsing(0)
     evs = Monitor().scan(loss=loss, grad_norm=grad)
     assert any(e.kind == Kind.SILENT_COLLAPSE and ONSET <= e.step <= ONSET + 100 for e in evs)
+
+
+@pytest.fixture(scope="module")
+def torch():
+    pytest.importorskip("sklearn.datasets")
+    return pytest.importorskip("torch")
+
+
+def test_joint_collapse_asks_the_answers_when_the_run_measures_them(torch):
+    """Fresh tabular runs of the held-out family (seeds no suite holds): a classifier that learns a
+    small training set by heart drives loss and grad norm down decades within 100 steps, and
+    ``JointCollapse`` alone took it for a collapse, before the fault (seed 7203); with the answers
+    measured (``pred_top_share``, spread over the classes) it stays quiet there, and still names
+    the collapse to one class after the onset (seed 7200) within the kind's window."""
+    from trainsignals.curves.families import draw_spec
+    from trainsignals.curves.real_runs import run
+    from trainsignals.eval.bench import default_window
+
+    for seed, named in ((7203, False), (7200, True)):
+        c = run(draw_spec("silent_collapse", "tabular", seed, 0))["curve"]
+        assert c is not None and c.kind == "silent_collapse"
+        share = c.signals()["pred_top_share"]
+        got = [e.step for e in JointCollapse().scan(loss=c.loss, grad_norm=c.grad_norm, pred_top_share=share)]
+        assert all(s >= c.onset_step for s in got)
+        if named:
+            assert got and got[0] <= c.onset_step + default_window("silent_collapse", c.total_steps)
+        else:
+            assert [s for s in (e.step for e in JointCollapse().scan(loss=c.loss, grad_norm=c.grad_norm))
+                    if s < c.onset_step]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from ._ops import NEVER, column_log, first_true, first_unusable, log, shared_ewm
 
 #: natural log of 10: decades to log units
 LN10 = math.log(10.0)
+#: the state every coupling rule keeps (a rule adds its own keys to these)
+COUPLING_KEYS: tuple[str, ...] = ("n", "u", "g", "us", "gs", "ss", "armed", "cooldown_until", "last_step")
 #: how far the grad level must leave its reference for the onset: a quarter of a decade, well
 #: above the step-to-step wobble of a smoothed healthy grad norm, well below ``orders``
 _ONSET_DECADES = 0.25
@@ -40,9 +42,9 @@ class CouplingLevels(Detector):
     a step where it may fire) and, for the batch path, ``_hits``.
     """
 
-    inputs = (Input("loss"), Input("grad_norm"))
+    inputs: tuple[Input, ...] = (Input("loss"), Input("grad_norm"))
     logs = ("loss", "grad_norm")
-    _state_keys = ("n", "u", "g", "us", "gs", "ss", "armed", "cooldown_until", "last_step")
+    _state_keys: ClassVar[tuple[str, ...]] = COUPLING_KEYS
     spans = {"lag": MIN_VALUES}
     rates = ("alpha",)
 
@@ -77,10 +79,12 @@ class CouplingLevels(Detector):
         self._gs = deque(state["gs"], maxlen=m)
         self._ss = deque(state["ss"], maxlen=m)
 
-    def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
+    def _take(self, loss: float, grad: float, step: int, log_loss: float | None = None,
               log_g: float | None = None) -> Event | None:
         """Take one step's values (and their logs, when taken) into the levels; then, where the rule may
         fire at this step (armed, past the cooldown, the grad level moved), :meth:`_rule` decides.
+
+        A rule's ``_step`` is this (its inputs are the two signals) or calls it (a rule that reads more).
         """
         self._last_step = step
         if loss > 0.0 and grad > 0.0 and loss - loss == 0.0 and grad - grad == 0.0:
@@ -167,4 +171,4 @@ class CouplingLevels(Detector):
         return k
 
 
-__all__ = ["LN10", "CouplingLevels"]
+__all__ = ["COUPLING_KEYS", "LN10", "CouplingLevels"]

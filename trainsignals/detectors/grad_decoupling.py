@@ -60,6 +60,10 @@ class GradLossDecoupling(CouplingLevels):
         self._ltol = math.log(loss_tolerance)
         self._setup(lag, alpha, orders, cooldown, lag)
 
+    def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
+              log_g: float | None = None) -> Event | None:
+        return self._take(loss, grad, step, log_loss, log_g)
+
     def _rule(self, step: int) -> Event | None:
         dg = self._g - self._gs[0]
         if abs(dg) < self._gap:

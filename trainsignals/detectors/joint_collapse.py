@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
-from ._base import Knob
-from ._coupling import LN10, CouplingLevels
+from ._base import Input, Knob
+from ._coupling import COUPLING_KEYS, LN10, CouplingLevels
 
 #: the default ``span`` as a share of ``lag``: two fifths (100 values for the default lag of
 #: 250), long enough for a collapse to one answer, which takes a few dozen steps
 _SPAN_SHARE = (2, 5)
+#: the share of the most-predicted class that is "one answer": nine answers in ten. The healthy
+#: classifiers of the tuning suites (real and development) answer that concentrated at 0.4 % of
+#: their steps after step 100 (99th percentile of the share: 0.81); a collapse answers one class.
+ONE_ANSWER = 0.9
+#: the share before any was measured (the gate is open)
+_UNMEASURED = -1.0
 
 
 class JointCollapse(CouplingLevels):
@@ -28,6 +35,12 @@ class JointCollapse(CouplingLevels):
     earlier (or its first level) too, so a loss that comes back down after a blow-up does not
     count. It needs only ``span`` values, so it also watches the first ``lag`` steps, where a
     collapse to the majority class happens while the loss is still near chance.
+
+    When the run measures its answers (``pred_top_share``, optional: the share of the
+    most-predicted class in a batch), the claim is checked on them: the rule fires only while the
+    latest share measured is at least :data:`ONE_ANSWER`. A classifier that interpolates a small
+    training set drives loss and grad norm down as fast, but its answers keep the classes'
+    spread. Without the share the rule judges the two levels alone.
 
     The event is a warning; ``onset_step`` is the first step of the held ``lag`` values at which
     the grad level fell a quarter of a decade below its highest level so far. After an event
@@ -55,9 +68,21 @@ class JointCollapse(CouplingLevels):
         >>> grad = 10.0 ** (-2 * drop) * np.exp(rng.normal(0, 0.1, 400))
         >>> [(e.kind.value, e.step, e.onset_step) for e in JointCollapse().scan(loss=loss, grad_norm=grad)]
         [('silent_collapse', 189, 161)]
+
+        The same fall with the answers measured: spread over the classes (a small training set
+        learnt by heart) it is no collapse; on one class it is:
+
+        >>> spread = np.full(400, 0.3)
+        >>> JointCollapse().scan(loss=loss, grad_norm=grad, pred_top_share=spread)
+        []
+        >>> one = np.where(t >= 160, 1.0, 0.3)
+        >>> [e.step for e in JointCollapse().scan(loss=loss, grad_norm=grad, pred_top_share=one)]
+        [189]
     """
 
     knob = Knob("orders", 0.5, 5.0)
+    inputs = (Input("loss"), Input("grad_norm"), Input("pred_top_share", required=False))
+    _state_keys = (*COUPLING_KEYS, "share")
 
     def __init__(self, lag: int = 250, span: int | None = None, alpha: float = 0.1, orders: float = 1.5,
                  cooldown: int = 0) -> None:
@@ -68,7 +93,32 @@ class JointCollapse(CouplingLevels):
         num, den = _SPAN_SHARE
         self._setup(lag, alpha, orders, cooldown, max(2, num * lag // den) if span is None else span)
 
+    def _reset(self) -> None:
+        super()._reset()
+        self._share = _UNMEASURED  # the latest share of the most-predicted class measured
+
+    def _step(self, loss: float, grad: float, share: float, step: int, log_loss: float | None = None,
+              log_g: float | None = None) -> Event | None:
+        before, n = self._share, self._n
+        if share == share:
+            self._share = share
+        ev = self._take(loss, grad, step, log_loss, log_g)
+        if self._n == n:  # the levels refused the step (a non-finite or negative value): its share too
+            self._share = before
+        return ev
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        k = super()._fast(arrays, steps, i, j)
+        if k:
+            shares = arrays[2][i:i + k]
+            seen = np.flatnonzero(shares == shares)
+            if len(seen):
+                self._share = float(shares[seen[-1]])
+        return k
+
     def _rule(self, step: int) -> Event | None:
+        if self._share >= 0.0 and self._share < ONE_ANSWER:  # the answers measured, and spread
+            return None
         j = -self._span - 1
         ds = self._g - self._gs[j]
         dus = self._u - self._us[j]
@@ -85,8 +135,9 @@ class JointCollapse(CouplingLevels):
     def _event(self, step: int, ds: float, dus: float) -> Event:
         self._fired(step)
         onset = self._onset(True)
+        answers = "" if self._share < 0.0 else f"; {self._share:.0%} of the answers are one class"
         msg = (f"loss and grad_norm collapsed together over {self._span} values (since step {onset}): the loss fell "
-               f"{math.exp(-dus):.3g}x and the grad norm {math.exp(-ds):.3g}x, too fast for learning: "
+               f"{math.exp(-dus):.3g}x and the grad norm {math.exp(-ds):.3g}x, too fast for learning{answers}: "
                "the model may have collapsed to one answer (labels of one class?)")
         return make_event(Kind.SILENT_COLLAPSE, "warning", step, onset, type(self).__name__, "loss",
                           min(-dus, -ds) / LN10, self.orders, msg)
