@@ -48,3 +48,21 @@ def test_one_report_per_excursion_and_cooldown_in_steps():
     cooled = [e.step for e in ts.UpdateRatioAboveBand(cooldown=1000).scan(steps=steps, update_ratio=ratio)]
     # the second excursion (from step 3700) is held back until 1000 steps after the first event
     assert once_each[1] < once_each[0] + 1000 and cooled == [once_each[0], once_each[0] + 1010]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_run_that_starts_above_the_hard_edge_is_judged_from_the_level_it_holds(seed):
+    """Fresh ratios: a run whose first updates change its weights by more than a tenth (a small
+    initialisation) and settle within 20-150 steps stays quiet; the same run's updates jumping
+    above the edge later, from the level it held, fire at once."""
+    rng = np.random.default_rng(300 + seed)
+    settle = int(rng.integers(20, 150))
+    start = 10 ** rng.uniform(-0.9, -0.1)          # 0.13 .. 0.8
+    held = 10 ** rng.uniform(-3.5, -2.5)
+    n = 600
+    ratio = np.r_[np.geomspace(start, held, settle), np.full(n - settle, held)] * np.exp(rng.normal(0, 0.1, n))
+    assert ts.UpdateRatioAboveBand().scan(update_ratio=ratio) == []
+    jump = int(rng.integers(settle + 100, n - 50))
+    ratio[jump:] = 10 ** rng.uniform(-0.7, 0.0)     # 0.2 .. 1: violent, after a held level
+    (e, *_) = ts.UpdateRatioAboveBand().scan(update_ratio=ratio)
+    assert jump <= e.onset_step <= e.step <= jump + 10   # the level (EWMA) crosses the edge within a few values

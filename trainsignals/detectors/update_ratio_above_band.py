@@ -34,7 +34,10 @@ class UpdateRatioAboveBand(Detector):
 
     On ``u = log10(update_ratio)`` the detector keeps a fast level (EWMA, weight ``alpha``) and a
     slow reference (EWMA, weight ``ref_alpha``: the run's settled level). The upper edge is
-    ``high`` (violent updates, whatever the run); once the reference has settled (after
+    ``high`` (violent updates, whatever the run), once the level has been under it: the first
+    steps from a small initialisation (a linear model's weights near 0, Adam's first updates of
+    about ``lr`` per weight) often change the weights by more than a tenth, which is how the run
+    starts, not a change in it. Once the reference has settled (after
     ``settle`` values) it comes down to ``band_top`` (the top of the usual band 1e-4..1e-3) for
     a level at least ``jump`` decades above the reference: updates an order of magnitude larger
     than the run's own. A small network trained with plain SGD at a high learning rate lives well
@@ -71,6 +74,9 @@ class UpdateRatioAboveBand(Detector):
         >>> lr = np.r_[np.full(300, 1e-4), np.full(100, 2e-3)]  # ... when the rate rose as much: a restart
         >>> UpdateRatioAboveBand().scan(update_ratio=ratio, lr=lr)
         []
+        >>> ratio = np.r_[np.geomspace(0.5, 1e-3, 60), np.full(200, 1e-3)]  # violent only as the run starts
+        >>> UpdateRatioAboveBand().scan(update_ratio=ratio)
+        []
     """
 
     knob = Knob("jump", 0.2, 5.0)
@@ -78,7 +84,7 @@ class UpdateRatioAboveBand(Detector):
     rates = ("ref_alpha",)
 
     inputs = (Input("update_ratio"), Input("lr", required=False))
-    _state_keys = ("n", "level", "ref", "lr_level", "lr_ref", "out", "onset", "quiet_until", "last_step")
+    _state_keys = ("n", "level", "ref", "lr_level", "lr_ref", "held", "out", "onset", "quiet_until", "last_step")
 
     def __init__(self, high: float = HIGH, band_top: float = BAND_TOP, jump: float = JUMP, alpha: float = ALPHA,
                  ref_alpha: float = REF_ALPHA, warmup: int = WARMUP, settle: int = SETTLE, cooldown: int = 0) -> None:
@@ -103,6 +109,7 @@ class UpdateRatioAboveBand(Detector):
         self._level = self._ref = 0.0
         self._lr_level: float | None = None  # the learning rate's level and reference (None: no rate seen)
         self._lr_ref = 0.0
+        self._held = False  # the level has been under the hard edge: a level the run held
         self._out = False  # reported, not yet back under the edge
         self._onset = -1
         self._quiet_until: int | None = None
@@ -130,7 +137,9 @@ class UpdateRatioAboveBand(Detector):
         if self._lr_level is not None and self._lr_level > self._lr_ref:  # the rate's own rise: the schedule's
             ref += self._lr_level - self._lr_ref
         jumped = lv > self._ltop and lv - ref >= self.jump and self._n > self.settle
-        if not (lv > self._lhi or jumped):
+        if lv <= self._lhi:
+            self._held = True
+        if not ((lv > self._lhi and self._held) or jumped):
             self._out, self._onset = False, -1
             return None
         if self._onset < 0:
@@ -151,7 +160,7 @@ class UpdateRatioAboveBand(Detector):
                           10 ** lv, edge, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if self._n <= self.warmup or self._out or self._onset >= 0:
+        if self._n <= self.warmup or self._out or self._onset >= 0 or not self._held:
             return 0
         lr = arrays[1][i:j]
         with np.errstate(divide="ignore", invalid="ignore"):
