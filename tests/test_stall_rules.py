@@ -96,3 +96,47 @@ def test_cooldown_is_in_steps_and_rearm_is_the_rules_own():
         steps=steps, loss=loss, grad_norm=grad)]
     assert cooled[0] == plain[0] and plain[1] not in cooled
     assert all(b - a > gap for a, b in zip(cooled, cooled[1:]))
+
+
+def test_never_improved_waits_while_the_validation_loss_keeps_improving():
+    """Fresh curves: a regression whose minibatch loss is too noisy to show progress (log noise 0.2)
+    while its validation loss falls 0.2-1 % per evaluation is learning: quiet with ``val_loss``; the
+    same loss with a flat validation loss gets what the loss alone gets (most such runs: a stall)."""
+    alone_fired = 0
+    for seed in range(900, 908):
+        rng = np.random.default_rng(seed)
+        n, every = 800, 25
+        loss = 0.9 * np.exp(rng.normal(0, 0.2, n))
+        vs = np.arange(0, n, every)
+        val = 1.2 * np.cumprod(np.full(len(vs), 1 - rng.uniform(0.002, 0.01)))
+        flat = 1.2 * np.exp(rng.normal(0, 1e-4, len(vs)))
+        det = lambda: ts.NeverImprovedPlateau(patience=80)  # noqa: E731
+        alone = [e.to_dict() for e in det().scan(loss=loss)]
+        assert det().scan(loss=loss, val_loss=(vs, val)) == []
+        assert [e.to_dict() for e in det().scan(loss=loss, val_loss=(vs, flat))] == alone
+        alone_fired += bool(alone)
+    assert alone_fired >= 4
+
+
+@pytest.fixture(scope="module")
+def torch():
+    pytest.importorskip("sklearn.datasets")
+    return pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize(("kind", "seed"), [("dead_units", 7310), ("grad_explosion", 7311)])
+def test_never_improved_is_quiet_before_the_fault_of_fresh_regressions(torch, kind, seed):
+    """Fresh regressions of the held-out MSE family (seeds no suite holds): before their fault the
+    minibatch MSE hides a slow, steady learning that the validation loss shows; read alone, the
+    loss made the rule flag a stall there, the default Monitor (which feeds it ``val_loss``) does not."""
+    from trainsignals.curves.families import draw_spec
+    from trainsignals.curves.real_runs import train
+
+    spec = draw_spec(kind, "mse", seed, 0)
+    c = train(spec)
+    sig = c.signals()
+    rule = lambda: ts.default_suite(c.total_steps)["stall_never_improved"]  # noqa: E731
+    assert [e for e in rule().scan(loss=c.loss) if e.step < spec.onset]
+    assert not [e for e in rule().scan(loss=c.loss, val_loss=sig["val_loss"]) if e.step < spec.onset]
+    assert not [e for e in ts.Monitor(total_steps=c.total_steps).scan(**sig)
+                if e.step < spec.onset and e.kind is ts.Kind.STALL]
