@@ -105,6 +105,8 @@ class ZeroRunGradCliff(Detector):
             self._names = values.names
             self._reset_layers(len(values.names))
         self._last_step = step
+        if self._warm and not self._open and values.low() > 0.0:  # no layer at zero, none was (most steps)
+            return None  # the smallest value is computed once per value (the Monitor's range check took it)
         x = values.array
         zero = x == 0.0
         if not self._warm:
