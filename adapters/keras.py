@@ -122,7 +122,11 @@ def _torch_train_step(model: Any, data: Any, *, layer_norms: bool, update_ratio:
             if sq:
                 stats["grad_norm"] = torch.sqrt(torch.stack(sq).sum()) / scale
                 if layer_norms:
-                    stats["layer_grad_norms"] = (torch.sqrt(torch.stack(sq)) / scale).cpu().numpy()
+                    per = torch.sqrt(torch.stack(sq)) / scale
+                    if any(g is None for g in grads):  # a weight left out of the graph this step: not measured
+                        absent = torch.tensor([g is None for g in grads], device=per.device)
+                        per = torch.where(absent, torch.full_like(per, float("nan")), per)
+                    stats["layer_grad_norms"] = per.cpu().numpy()
             old = [v.value.detach().clone() for v in weights] if update_ratio else None
             model.optimizer.apply(grads, weights)
             if old is not None:

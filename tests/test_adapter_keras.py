@@ -111,6 +111,15 @@ def test_mixin_logs_grad_stats(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_variable_no_gradient_reaches_is_not_measured_on_torch_and_zero_on_jax(backend: str) -> None:
+    """A built layer the model never calls: on PyTorch its variables have no gradient (``None``), fed as
+    ``nan`` (not measured); JAX differentiates every variable, and its gradient there is exactly 0."""
+    r = results(backend)["spare"]
+    assert len(r["spare"]) == 2 and all(v > 0 for v in r["others"])
+    assert r["spare"] == (["nan", "nan"] if backend == "torch" else [0.0, 0.0])
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_schedule_and_log_every(backend: str) -> None:
     r = results(backend)["schedule"]
     # a fed lr is the schedule at the iteration of the step just taken
@@ -323,6 +332,30 @@ def _child() -> None:  # pragma: no cover - runs in a subprocess
     spy = Spy()
     net.fit(x, y, batch_size=batch_size, epochs=1, callbacks=[spy], verbose=0)
     out["mixin"] = {"log_keys": sorted(spy.logs[-1])}
+
+    # per-variable norms with a built layer the model never calls: no gradient reaches it
+    class Branchy(GradStatsMixin, keras.Model):
+        grad_stats_layer_norms = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.hidden = keras.layers.Dense(16, activation="relu")
+            self.spare = keras.layers.Dense(16)
+            self.spare.build((None, 64))
+            self.out = keras.layers.Dense(10)
+
+        def call(self, inputs: Any) -> Any:
+            return self.out(self.hidden(inputs))
+
+    keras.utils.set_random_seed(1)
+    net = Branchy()
+    net.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    spy = Spy()
+    net.fit(x, y, batch_size=batch_size, epochs=1, callbacks=[spy], verbose=0)
+    norms = np.asarray(spy.logs[-1]["layer_grad_norms"], dtype=float)
+    spare = [i for i, w in enumerate(net.trainable_weights) if any(w is s for s in net.spare.trainable_weights)]
+    out["spare"] = {"spare": [norms[i] if np.isfinite(norms[i]) else "nan" for i in spare],
+                    "others": [float(v) for i, v in enumerate(norms) if i not in spare]}
 
     # a learning-rate schedule, fed every 5 steps
     sched = keras.optimizers.schedules.ExponentialDecay(0.05, decay_steps=7, decay_rate=0.9)
