@@ -155,6 +155,23 @@ def test_a_loss_that_rises_with_the_share_is_not_a_silent_collapse():
     assert ts.ValMetricChance().scan(val_metric=acc, loss=loss) == []
 
 
+def test_a_blow_up_logged_apart_from_the_validations_is_not_a_silent_collapse():
+    """Logs often write the training loss and the validation at different steps (a window mean
+    every 10 steps, a validation every 50 at step 49, 99, ...): the latest loss still says the run
+    blew up, so the fall of the metric is a divergence, not a collapse."""
+    t = np.arange(0, 600, 10)
+    loss = np.where(t < 300, np.exp(-t / 300), 5.0 * 1.05 ** ((t - 300) / 10))
+    vs = np.arange(49, 600, 50)
+    acc = np.where(vs < 300, np.minimum(0.9, 0.3 + vs / 300), 0.1)
+    det = ts.ValMetricChance()
+    rows = sorted([(int(s), "loss", float(v)) for s, v in zip(t, loss)] +
+                  [(int(s), "val_metric", float(a)) for s, a in zip(vs, acc)])
+    assert [e for s, k, v in rows for e in det.update(step=s, **{k: v})] == []
+    assert ts.ValMetricChance().scan(val_metric=(vs, acc), loss=(t, loss)) == []
+    healthy = np.exp(-t / 300)  # the same fall of the metric while the loss keeps falling: a collapse
+    assert ts.ValMetricChance().scan(val_metric=(vs, acc), loss=(t, healthy))
+
+
 def test_status_is_collapsed_while_the_collapse_lasts():
     c = generate("silent_collapse", 5003, "easy")
     sig = c.signals()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range
 from ._base import Detector, Input, Knob
+from ._ops import first_true
 
 #: How many validations the metric's noise scale is taken over.
 _NOISE_WINDOW = 32
@@ -38,9 +43,10 @@ class ValMetricChance(Detector):
       back) * (best - chance)``, in the metric's direction), the gain being at least four
       times the metric's noise (from the median absolute second difference of the latest 32
       validations, which a steady climb does not inflate), and
-    * the training loss, where given at the validation's step, is at most ``loss_tolerance``
-      times its value when that best was held: the run did not blow up (that is a divergence),
-      it kept fitting its training labels while its answers stopped being right.
+    * the training loss, the latest given (at the validation's step or before it: a log may
+      write the two at different steps), is at most ``loss_tolerance`` times its value when
+      that best was held: the run did not blow up (that is a divergence), it kept fitting its
+      training labels while its answers stopped being right.
 
     A model whose training labels collapsed to one class ends at the validation accuracy of
     always answering that class; an overfitting model loses a little of its gain, not most of
@@ -85,8 +91,8 @@ class ValMetricChance(Detector):
 
     knob = Knob("back", 0.3, 0.99, log=False)
 
-    inputs = (Input("val_metric"), Input("loss", required=False))
-    _state_keys = ("n", "first", "prev", "prev2", "diffs", "best", "best_loss", "hist", "quiet", "last_step")
+    inputs = (Input("val_metric", required=False), Input("loss", required=False))
+    _state_keys = ("n", "first", "prev", "prev2", "diffs", "best", "loss", "best_loss", "hist", "quiet", "last_step")
 
     def __init__(self, mode: str = "max", back: float = 0.8, chance: float | None = None, warmup: int = 3,
                  loss_tolerance: float = 1.2, cooldown: int = 100) -> None:
@@ -113,6 +119,7 @@ class ValMetricChance(Detector):
         self._prev2: float | None = None  # the validation before the previous one
         self._diffs: deque[float] = deque(maxlen=_NOISE_WINDOW)  # |second differences|
         self._best: float | None = None
+        self._loss: float | None = None  # the latest training loss (None: none given yet)
         self._best_loss: float | None = None  # the training loss when the best was held (None: not given)
         self._hist: deque[list[float]] = deque(maxlen=_NOISE_WINDOW)  # recent [step, metric]
         self._quiet = -1  # no event up to and including this step
@@ -125,8 +132,11 @@ class ValMetricChance(Detector):
 
     def _step(self, metric: float, loss: float, step: int) -> Event | None:
         self._last_step = step
+        if loss - loss == 0.0:
+            self._loss = loss
         if metric - metric != 0.0:
             return None
+        loss = math.nan if self._loss is None else self._loss
         m = self._sign * metric
         self._n += 1
         if self._first is None:
@@ -157,6 +167,19 @@ class ValMetricChance(Detector):
                           metric, level,
                           f"validation metric {metric:.4g} is back near chance ({self._sign * self._first:.4g}; "
                           f"best {self._sign * self._best:.4g}) while the training loss keeps falling")
+
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        """Steps without a validation only move the latest training loss."""
+        metric = arrays[0][i:j]
+        k = first_true(metric == metric)
+        if k:
+            losses = arrays[1][i:i + k]
+            seen = np.flatnonzero(np.isfinite(losses))
+            if len(seen):
+                self._loss = float(losses[seen[-1]])
+            self._last_step = int(steps[i + k - 1])
+        return k
 
 
 __all__ = ["ValMetricChance"]
