@@ -190,3 +190,47 @@ def test_a_rate_set_in_the_wrong_unit_after_a_decay_is_still_an_lr_anomaly() -> 
     lr = _restarts(3000, 3000, 1e-3, 10, 0.01)[9::10].copy()
     lr[150:] = lr[149] * 1000                  # the decayed rate x1000: far above the peak
     assert [e.step for e in ts.LRJumpAnomaly().scan(lr=lr)] == [150]
+
+
+def _logged_explosion(every: int, at: int, n: int = 30, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A grad norm logged every ``every`` steps (steps every-1, 2*every-1, ...) that jumps 40x at row ``at`` and stays."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1) * every - 1
+    grad = np.exp(rng.normal(0.0, 0.1, n)) * np.where(np.arange(n) >= at, 40.0, 1.0)
+    return steps, grad
+
+
+@pytest.mark.parametrize("cls", [ts.EWMAZSpike, ts.ConfirmedZSpike, ts.LevelShift])
+def test_the_z_rules_warm_up_on_values_covering_twenty_steps_not_on_twenty_values(cls: type) -> None:
+    """In a log written every 50 steps, 20 values are 1,000 steps: the rules judge from the 9th row on."""
+    settings = {"signal": "grad_norm", "kind": "grad_explosion", "threshold": 6.0, "min_ratio": 10.0}
+    steps, grad = _logged_explosion(50, at=10)
+    evs = cls(**interval_settings(cls, 50, settings)).scan(steps=steps, grad_norm=grad)
+    assert evs and steps[10] <= evs[0].step <= steps[15] and evs[0].onset_step == steps[10]
+    # the same values one a step: 20 values are 20 steps, and the jump at the 11th is not judged
+    assert cls(**settings).scan(grad_norm=grad) == []
+    # before 8 rows nothing is judged, whatever steps they cover
+    steps, grad = _logged_explosion(50, at=5)
+    assert cls(**interval_settings(cls, 50, settings)).scan(steps=steps, grad_norm=grad) == []
+
+
+def test_the_peak_rule_warms_up_on_values_covering_twenty_steps() -> None:
+    steps, grad = _logged_explosion(50, at=10)
+    grad[11:] = grad[:19]  # one value, 40x: a peak, not a level
+    evs = ts.PeakRatioSpike(signal="grad_norm", kind="grad_explosion").scan(steps=steps, grad_norm=grad)
+    assert [e.step for e in evs] == [steps[10]]
+    assert ts.PeakRatioSpike(signal="grad_norm", kind="grad_explosion").scan(grad_norm=grad) == []
+
+
+def test_told_the_interval_a_grad_explosion_in_a_sparse_log_is_named_without_more_healthy_alarms(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a fresh draw of the synthetic suite (seed 13: no threshold was chosen on it), logged every 50 steps;
+    against the same Monitor warmed up on 20 values whatever steps they cover."""
+    import trainsignals.detectors._ewma_jump as ewma_jump
+
+    curves = [c.sampled(50) for c in standard_suite(seed=13) if c.kind in ("grad_explosion", "healthy")]
+    told = score(lambda total_steps=None: ts.Monitor(total_steps=total_steps, log_every=50), curves).to_dict()
+    monkeypatch.setattr(ewma_jump, "MIN_WARM", ewma_jump.WARMUP)
+    values = score(lambda total_steps=None: ts.Monitor(total_steps=total_steps, log_every=50), curves).to_dict()
+    assert told["kinds"]["grad_explosion"]["rate"] >= values["kinds"]["grad_explosion"]["rate"] + 0.15
+    assert told["healthy_alarm_rate"] <= values["healthy_alarm_rate"]

@@ -39,6 +39,7 @@ import numpy as np
 
 from .._events import Event
 from ._base import Input
+from ._interval import MIN_VALUES
 from ._ops import (
     column_id,
     column_log,
@@ -60,6 +61,10 @@ ALPHA = 0.1
 VAR_ALPHA = 0.05
 #: values learned (as plain running averages) before any alarm: one level memory, 2/ALPHA
 WARMUP = 20
+#: the fewer values that also end the warm-up once they cover WARMUP steps, as in a log written every N steps
+#: (where 20 values can be 1,000 steps, longer than many runs): the fewest values a window statistic is
+#: computed over (MIN_VALUES). At one value a step WARMUP values come first, so per-step streams are unchanged.
+MIN_WARM = MIN_VALUES
 #: the CUSUM reference ``k`` as a fraction of ``threshold``: the CUSUM design for a shift of ``2k``, so two
 #: values at 0.75x the threshold (5.25 of 7) count like one at the threshold
 SLACK = 0.5
@@ -93,7 +98,20 @@ _sqrt = math.sqrt
 
 #: the tracker's state keys (the host lists them in its ``_state_keys``)
 TRACK_KEYS = ("n", "mean", "var", "pending", "has_pending", "run", "acc_up", "acc_dn", "ep", "ep_left",
-              "ep_start", "ep_ref", "ep_scale", "ep_sign", "recent", "last_step")
+              "ep_start", "ep_ref", "ep_scale", "ep_sign", "recent", "first_step", "last_step")
+
+
+def warm(n: int, first_step: int, step: int) -> bool:
+    """Whether a rule that learned ``n`` values, the first at ``first_step``, may judge a value at ``step``.
+
+    Warm after WARMUP values, or after MIN_WARM values once they cover WARMUP steps (a log with
+    one row every 50 steps is warm after 8 rows, not 20: 1,000 steps).
+
+    Example:
+        >>> warm(20, 0, 19), warm(12, 0, 19), warm(12, 0, 550), warm(5, 0, 550)
+        (True, False, True, False)
+    """
+    return n >= WARMUP or (n >= MIN_WARM and step - first_step >= WARMUP)
 
 
 class EWMAJump:
@@ -132,6 +150,7 @@ class EWMAJump:
     _ep_scale: float
     _ep_sign: float
     _recent: deque[float]
+    _first_step: int
     _last_step: int
 
     def _on_jump(self, x: float, z: float, mean: float, step: int) -> Event | None:
@@ -162,7 +181,7 @@ class EWMAJump:
         self._run, self._acc_up, self._acc_dn = 0, 0.0, 0.0
         self._ep, self._ep_left, self._ep_start, self._ep_ref, self._ep_scale, self._ep_sign = [], 0, -1, 0.0, 0.0, 1.0
         self._recent = deque(maxlen=self._peak_n)
-        self._last_step = -1
+        self._first_step = self._last_step = -1
 
     def _track_set_state(self, state: dict[str, Any]) -> None:
         self._recent = deque(state["recent"], maxlen=self._peak_n)
@@ -191,9 +210,11 @@ class EWMAJump:
         if x - x != 0.0 or (lg and x <= 0.0):
             return None
         y = (_log(x) if log_x is None else log_x) if lg else x
-        if self._n < WARMUP:
+        if self._n < WARMUP and not warm(self._n, self._first_step, step):
             if self._has_pending:
                 self._learn()
+            elif not self._n:
+                self._first_step = step
             self._pending, self._has_pending = y, True
             self._recent.append(x)
             return None
@@ -292,7 +313,8 @@ class EWMAJump:
 
     def _track_fast(self, col: np.ndarray, steps: np.ndarray, i: int, j: int) -> int:
         """Vectorised advance over the quiet prefix of values ``[i, j)`` of the input column ``col``."""
-        if self._n < WARMUP or not self._has_pending or self._run or self._ep_left or self._acc_up or self._acc_dn:
+        if (not warm(self._n, self._first_step, int(steps[i])) or not self._has_pending or self._run or self._ep_left
+                or self._acc_up or self._acc_dn):
             return 0
         lim = first_unusable(col, i, j, positive=self.log)
         if lim == 0:

@@ -14,9 +14,12 @@ one value every ``every`` steps:
 * a rate ``a`` becomes ``1 - (1 - a) ** every``, the weight that forgets as much per logged
   value as ``a`` does over ``every`` steps, but not more than ``max(a, RATE_CAP)``.
 
-Counts that are sample sizes rather than spans (a run of 4 rises, the warm-up of an EWMA
-before its first verdict, evaluations of the validation loss) stay as they are: those are
-counted in values whatever the interval. Thresholds stay too: they are relative to the run's
+Counts that are sample sizes rather than spans (a run of 4 rises, evaluations of the
+validation loss) stay as they are: those are counted in values whatever the interval. The
+z-score and peak rules' warm-up is both: 20 values, or 8 (``MIN_VALUES``) once they cover 20
+steps, so a log with one row every 50 steps is judged from its 9th row, not its 21st (1,000
+steps, longer than many runs); the rules read this from the values' steps, whatever the
+interval they were told (:func:`~trainsignals.detectors._ewma_jump.warm`). Thresholds stay too: they are relative to the run's
 own noise, which the detectors measure on the stream they are given.
 """
 

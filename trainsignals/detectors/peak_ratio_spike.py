@@ -12,7 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, WARMUP, first_peak
+from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, first_peak, warm
 from ._ops import column_log, first_unusable, log, rises, shared_ewma
 
 
@@ -25,8 +25,9 @@ class PeakRatioSpike(Detector):
     its z-score stays modest; the jump is still far above every value the run produced lately.
     Healthy runs' small spikes stay well inside the default ratio (PEAK_RATIO says where
     it comes from). The event reports ``x / max`` against ``peak_ratio``; its
-    ``onset_step`` is its own step. Nothing fires until 20 values were seen; non-finite and
-    non-positive values are skipped. With ``min_ratio > 1`` the value must also be a jump of that
+    ``onset_step`` is its own step. Nothing fires until 20 values were seen (or 8 covering 20
+    steps: a log written every N steps; :func:`~trainsignals.detectors._ewma_jump.warm`);
+    non-finite and non-positive values are skipped. With ``min_ratio > 1`` the value must also be a jump of that
     factor over the signal's level, an EWMA of ``log(x)`` (weight 0.1, as the z-rule's level):
     the default suite's ``grad_peak`` asks a grad norm for 100x (orders of magnitude in one value).
 
@@ -58,7 +59,7 @@ class PeakRatioSpike(Detector):
 
     knob = Knob("peak_ratio", 2.0, 100.0)
 
-    _state_keys = ("n", "recent", "level", "last_event", "last_step")
+    _state_keys = ("n", "recent", "level", "last_event", "first_step", "last_step")
 
     def __init__(self, signal: str = "loss", kind: str = "loss_spike", peak_ratio: float = PEAK_RATIO,
                  window: int = PEAK_WINDOW, min_ratio: float = 1.0, cooldown: int = HOLD) -> None:
@@ -82,7 +83,7 @@ class PeakRatioSpike(Detector):
         self._recent: deque[float] = deque(maxlen=self.window)
         self._level = 0.0
         self._last_event = -1
-        self._last_step = -1
+        self._first_step = self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
@@ -94,7 +95,9 @@ class PeakRatioSpike(Detector):
             return None
         rec = self._recent
         ev = None
-        if self._n > WARMUP and x >= self._r * rec[-1]:
+        if not self._n:
+            self._first_step = step
+        elif x >= self._r * rec[-1] and warm(self._n - 1, self._first_step, step):
             top = max(rec)
             if (x >= self._r * top and (self._last_event < 0 or step - self._last_event > self.cooldown)
                     and (self._lj == 0.0 or (log(x) if log_x is None else log_x) - self._level >= self._lj)):
@@ -111,7 +114,7 @@ class PeakRatioSpike(Detector):
         return ev
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if self._n <= WARMUP:
+        if not self._n or not warm(self._n - 1, self._first_step, int(steps[i])):
             return 0
         lim = first_unusable(arrays[0], i, j, positive=True)
         if lim == 0:
