@@ -36,9 +36,11 @@ __all__ = ["MIN_HOLD", "MIN_VALUES", "RATE_CAP", "interval_settings"]
 #: the fewest values a window statistic is computed over: the smallest window the suite's window rules
 #: accept (:class:`~trainsignals.LjungBoxSawtooth` and the swing-ratio rules refuse fewer than 8)
 MIN_VALUES = 8
-#: the fewest values watched after a jump or held at a level: two halves of two values, so the second
-#: half is clear of a one-value excursion (a bad batch lands in one row of a window-mean log)
-MIN_HOLD = 4
+#: the fewest values watched after a jump or held at a level: two halves of one value. The watch starts
+#: after the jump's row, so its second half, two rows on, is clear of an excursion that spans the jump's
+#: row and the next (a bad batch straddling two rows of a window-mean log); each row of such a log is
+#: already a mean over its interval, so a one-row half is not one noisy step
+MIN_HOLD = 2
 #: the largest EWMA weight a rate is scaled to: an EWMA of weight ``a`` averages about ``2 / a - 1``
 #: values, so 2 / 9 keeps MIN_VALUES of memory
 RATE_CAP = 2.0 / (MIN_VALUES + 1)
