@@ -202,7 +202,7 @@ def _logged_explosion(every: int, at: int, n: int = 30, seed: int = 0) -> tuple[
 
 @pytest.mark.parametrize("cls", [ts.EWMAZSpike, ts.ConfirmedZSpike, ts.LevelShift])
 def test_the_z_rules_warm_up_on_values_covering_twenty_steps_not_on_twenty_values(cls: type) -> None:
-    """In a log written every 50 steps, 20 values are 1,000 steps: the rules judge from the 9th row on."""
+    """In a log written every 50 steps, 20 values are 1,000 steps: the rules judge after 8 rows."""
     settings = {"signal": "grad_norm", "kind": "grad_explosion", "threshold": 6.0, "min_ratio": 10.0}
     steps, grad = _logged_explosion(50, at=10)
     evs = cls(**interval_settings(cls, 50, settings)).scan(steps=steps, grad_norm=grad)

@@ -17,10 +17,11 @@ one value every ``every`` steps:
 Counts that are sample sizes rather than spans (a run of 4 rises, evaluations of the
 validation loss) stay as they are: those are counted in values whatever the interval. The
 z-score and peak rules' warm-up is both: 20 values, or 8 (``MIN_VALUES``) once they cover 20
-steps, so a log with one row every 50 steps is judged from its 9th row, not its 21st (1,000
-steps, longer than many runs); the rules read this from the values' steps, whatever the
-interval they were told (:func:`~trainsignals.detectors._ewma_jump.warm`). Thresholds stay too: they are relative to the run's
-own noise, which the detectors measure on the stream they are given.
+steps, so a log with one row every 50 steps is judged after 8 rows (400 steps), not after 20
+(1,000 steps, longer than many runs); the rules read this from the values' steps, whatever
+the interval they were told (:func:`~trainsignals.detectors._ewma_jump.warm`). Thresholds stay
+too: they are relative to the run's own noise, which the detectors measure on the stream they
+are given.
 """
 
 from __future__ import annotations

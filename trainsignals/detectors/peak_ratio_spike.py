@@ -25,8 +25,8 @@ class PeakRatioSpike(Detector):
     its z-score stays modest; the jump is still far above every value the run produced lately.
     Healthy runs' small spikes stay well inside the default ratio (PEAK_RATIO says where
     it comes from). The event reports ``x / max`` against ``peak_ratio``; its
-    ``onset_step`` is its own step. Nothing fires until 20 values were seen (or 8 covering 20
-    steps: a log written every N steps; :func:`~trainsignals.detectors._ewma_jump.warm`);
+    ``onset_step`` is its own step. Nothing fires until the rule is warm (about 20 values, or 8
+    that cover 20 steps in a log written every N steps: :func:`~trainsignals.detectors._ewma_jump.warm`);
     non-finite and non-positive values are skipped. With ``min_ratio > 1`` the value must also be a jump of that
     factor over the signal's level, an EWMA of ``log(x)`` (weight 0.1, as the z-rule's level):
     the default suite's ``grad_peak`` asks a grad norm for 100x (orders of magnitude in one value).
