@@ -24,15 +24,6 @@ import tracemalloc
 import numpy as np
 
 
-def per_call(fn, values, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn(values)
-        best = min(best, time.perf_counter() - t0)
-    return best / len(values)
-
-
 def interleaved(jobs, rounds: int = 5) -> list[float]:
     """Seconds per value of each ``(fn, values)`` job, timed in turn for ``rounds`` rounds (the best of each)."""
     best = [float("inf")] * len(jobs)
@@ -42,6 +33,10 @@ def interleaved(jobs, rounds: int = 5) -> list[float]:
             fn(values)
             best[k] = min(best[k], (time.perf_counter() - t0) / len(values))
     return best
+
+
+def per_call(fn, values, repeat: int = 3) -> float:
+    return interleaved([(fn, values)], repeat)[0]
 
 
 def healthy(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -159,13 +154,12 @@ def main(argv: list[str] | None = None) -> dict:
         and its first values is a one-off cost, not a step's); ``wrap`` makes each step's value."""
         best = float("inf")
         for _ in range(repeat):
-            m = ts.Monitor()
-            up = m.update
-            for t_ in range(first):
-                up(step=t_, layer_grad_norms=grads[t_] if wrap is None else wrap(grads[t_]), activations=samples[t_])
-            t0 = time.perf_counter()
-            for t_ in range(first, len(grads)):
-                up(step=t_, layer_grad_norms=grads[t_] if wrap is None else wrap(grads[t_]), activations=samples[t_])
+            up = ts.Monitor().update
+            t0 = 0.0
+            for t_, (g, a) in enumerate(zip(grads, samples)):
+                if t_ == first:
+                    t0 = time.perf_counter()
+                up(step=t_, layer_grad_norms=g if wrap is None else wrap(g), activations=a)
             best = min(best, time.perf_counter() - t0)
         return best / (len(grads) - first)
 

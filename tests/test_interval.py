@@ -226,11 +226,11 @@ def test_told_the_interval_a_grad_explosion_in_a_sparse_log_is_named_without_mor
         monkeypatch: pytest.MonkeyPatch) -> None:
     """On a fresh draw of the synthetic suite (seed 13: no threshold was chosen on it), logged every 50 steps;
     against the same Monitor warmed up on 20 values whatever steps they cover."""
-    import trainsignals.detectors._ewma_jump as ewma_jump
+    import trainsignals.detectors._interval as interval
 
     curves = [c.sampled(50) for c in standard_suite(seed=13) if c.kind in ("grad_explosion", "healthy")]
     told = score(lambda total_steps=None: ts.Monitor(total_steps=total_steps, log_every=50), curves).to_dict()
-    monkeypatch.setattr(ewma_jump, "MIN_WARM", ewma_jump.WARMUP)
+    monkeypatch.setattr(interval, "MIN_WARM", 20)  # the warm-up's 20 values, whatever steps they cover
     values = score(lambda total_steps=None: ts.Monitor(total_steps=total_steps, log_every=50), curves).to_dict()
     assert told["kinds"]["grad_explosion"]["rate"] >= values["kinds"]["grad_explosion"]["rate"] + 0.15
     assert told["healthy_alarm_rate"] <= values["healthy_alarm_rate"]

@@ -39,7 +39,7 @@ import numpy as np
 
 from .._events import Event
 from ._base import Input
-from ._interval import MIN_VALUES
+from ._interval import covered
 from ._ops import (
     column_id,
     column_log,
@@ -59,12 +59,9 @@ from ._ops import log as _log
 ALPHA = 0.1
 #: EWMA weight of the variance: a ~40-step memory, twice the level's, so the scale moves slower than the level
 VAR_ALPHA = 0.05
-#: values learned (as plain running averages) before any alarm: one level memory, 2/ALPHA
+#: values learned (as plain running averages) before any alarm: one level memory, 2/ALPHA (or fewer
+#: once they cover as many steps, in a log written every N steps: :func:`._interval.covered`)
 WARMUP = 20
-#: the fewer values that also end the warm-up once they cover WARMUP steps, as in a log written every N steps
-#: (where 20 values can be 1,000 steps, longer than many runs): the fewest values a window statistic is
-#: computed over (MIN_VALUES). At one value a step WARMUP values come first, so per-step streams are unchanged.
-MIN_WARM = MIN_VALUES
 #: the CUSUM reference ``k`` as a fraction of ``threshold``: the CUSUM design for a shift of ``2k``, so two
 #: values at 0.75x the threshold (5.25 of 7) count like one at the threshold
 SLACK = 0.5
@@ -100,18 +97,6 @@ _sqrt = math.sqrt
 TRACK_KEYS = ("n", "mean", "var", "pending", "has_pending", "run", "acc_up", "acc_dn", "ep", "ep_left",
               "ep_start", "ep_ref", "ep_scale", "ep_sign", "recent", "first_step", "last_step")
 
-
-def warm(n: int, first_step: int, step: int) -> bool:
-    """Whether a rule that learned ``n`` values, the first at ``first_step``, may judge a value at ``step``.
-
-    Warm after WARMUP values, or after MIN_WARM values once they cover WARMUP steps (a log with
-    one row every 50 steps is warm after 8 rows, not 20: 1,000 steps).
-
-    Example:
-        >>> warm(20, 0, 19), warm(12, 0, 19), warm(12, 0, 550), warm(5, 0, 550)
-        (True, False, True, False)
-    """
-    return n >= WARMUP or (n >= MIN_WARM and step - first_step >= WARMUP)
 
 
 class EWMAJump:
@@ -210,7 +195,7 @@ class EWMAJump:
         if x - x != 0.0 or (lg and x <= 0.0):
             return None
         y = (_log(x) if log_x is None else log_x) if lg else x
-        if self._n < WARMUP and not warm(self._n, self._first_step, step):
+        if self._n < WARMUP and not covered(self._n, self._first_step, step, WARMUP):
             if self._has_pending:
                 self._learn()
             elif not self._n:
@@ -313,8 +298,8 @@ class EWMAJump:
 
     def _track_fast(self, col: np.ndarray, steps: np.ndarray, i: int, j: int) -> int:
         """Vectorised advance over the quiet prefix of values ``[i, j)`` of the input column ``col``."""
-        if (not warm(self._n, self._first_step, int(steps[i])) or not self._has_pending or self._run or self._ep_left
-                or self._acc_up or self._acc_dn):
+        if (not covered(self._n, self._first_step, int(steps[i]), WARMUP) or not self._has_pending or self._run
+                or self._ep_left or self._acc_up or self._acc_dn):
             return 0
         lim = first_unusable(col, i, j, positive=self.log)
         if lim == 0:

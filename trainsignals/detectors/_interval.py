@@ -19,7 +19,7 @@ validation loss) stay as they are: those are counted in values whatever the inte
 z-score and peak rules' warm-up is both: 20 values, or 8 (``MIN_VALUES``) once they cover 20
 steps, so a log with one row every 50 steps is judged after 8 rows (400 steps), not after 20
 (1,000 steps, longer than many runs); the rules read this from the values' steps, whatever
-the interval they were told (:func:`~trainsignals.detectors._ewma_jump.warm`). Thresholds stay
+the interval they were told (:func:`covered`). Thresholds stay
 too: they are relative to the run's own noise, which the detectors measure on the stream they
 are given.
 """
@@ -32,7 +32,7 @@ from typing import Any
 
 from .._validate import check_range
 
-__all__ = ["MIN_HOLD", "MIN_VALUES", "RATE_CAP", "interval_settings"]
+__all__ = ["MIN_HOLD", "MIN_VALUES", "MIN_WARM", "RATE_CAP", "covered", "interval_settings"]
 
 #: the fewest values a window statistic is computed over: the smallest window the suite's window rules
 #: accept (:class:`~trainsignals.LjungBoxSawtooth` and the swing-ratio rules refuse fewer than 8)
@@ -42,6 +42,8 @@ MIN_VALUES = 8
 #: row and the next (a bad batch straddling two rows of a window-mean log); each row of such a log is
 #: already a mean over its interval, so a one-row half is not one noisy step
 MIN_HOLD = 2
+#: the fewest values that end a warm-up of ``n`` values once they cover ``n`` steps (:func:`covered`)
+MIN_WARM = MIN_VALUES
 #: the largest EWMA weight a rate is scaled to: an EWMA of weight ``a`` averages about ``2 / a - 1``
 #: values, so 2 / 9 keeps MIN_VALUES of memory
 RATE_CAP = 2.0 / (MIN_VALUES + 1)
@@ -82,3 +84,18 @@ def interval_settings(cls: type, every: int, settings: Mapping[str, Any] | None 
         if isinstance(a, float) and 0.0 < a < 1.0:
             out[name] = min(1.0 - (1.0 - a) ** every, max(a, RATE_CAP))
     return out
+
+
+def covered(n: int, first_step: int, step: int, need: int) -> bool:
+    """Whether ``n`` values, the first at ``first_step``, end a warm-up of ``need`` values before a value at ``step``.
+
+    ``need`` values, or MIN_WARM once they cover ``need`` steps: at one value a step ``need``
+    values come first (nothing changes), and a log with one row every 50 steps is warm after 8
+    rows, not 20 (1,000 steps, longer than many runs). The rules read it from the values' own
+    steps, so it holds whatever interval a Monitor was told.
+
+    Example:
+        >>> covered(20, 0, 19, 20), covered(12, 0, 19, 20), covered(12, 0, 550, 20), covered(5, 0, 550, 20)
+        (True, False, True, False)
+    """
+    return n >= need or (n >= MIN_WARM and step - first_step >= need)

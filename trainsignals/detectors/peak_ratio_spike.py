@@ -12,7 +12,8 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input, Knob
-from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, first_peak, warm
+from ._ewma_jump import ALPHA, HOLD, PEAK_RATIO, PEAK_WINDOW, WARMUP, first_peak
+from ._interval import covered
 from ._ops import column_log, first_unusable, log, rises, shared_ewma
 
 
@@ -26,7 +27,7 @@ class PeakRatioSpike(Detector):
     Healthy runs' small spikes stay well inside the default ratio (PEAK_RATIO says where
     it comes from). The event reports ``x / max`` against ``peak_ratio``; its
     ``onset_step`` is its own step. Nothing fires until the rule is warm (about 20 values, or 8
-    that cover 20 steps in a log written every N steps: :func:`~trainsignals.detectors._ewma_jump.warm`);
+    that cover 20 steps in a log written every N steps: :func:`~trainsignals.detectors._interval.covered`);
     non-finite and non-positive values are skipped. With ``min_ratio > 1`` the value must also be a jump of that
     factor over the signal's level, an EWMA of ``log(x)`` (weight 0.1, as the z-rule's level):
     the default suite's ``grad_peak`` asks a grad norm for 100x (orders of magnitude in one value).
@@ -97,7 +98,7 @@ class PeakRatioSpike(Detector):
         ev = None
         if not self._n:
             self._first_step = step
-        elif x >= self._r * rec[-1] and warm(self._n - 1, self._first_step, step):
+        elif x >= self._r * rec[-1] and covered(self._n - 1, self._first_step, step, WARMUP):
             top = max(rec)
             if (x >= self._r * top and (self._last_event < 0 or step - self._last_event > self.cooldown)
                     and (self._lj == 0.0 or (log(x) if log_x is None else log_x) - self._level >= self._lj)):
@@ -114,7 +115,7 @@ class PeakRatioSpike(Detector):
         return ev
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if not self._n or not warm(self._n - 1, self._first_step, int(steps[i])):
+        if not self._n or not covered(self._n - 1, self._first_step, int(steps[i]), WARMUP):
             return 0
         lim = first_unusable(arrays[0], i, j, positive=True)
         if lim == 0:
