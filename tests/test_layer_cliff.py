@@ -43,3 +43,47 @@ def test_cooldown_counts_steps(cls):
     norms[100:, 0] = 1e-6
     fired = [e.step for e in cls(cooldown=150).scan(layer_grad_norms=norms[:, :], steps=np.arange(0, 2000, 2))]
     assert len(fired) >= 2 and all(b - a == 152 for a, b in zip(fired, fired[1:]))  # 150 steps = 75 values here
+
+
+def _deep(seed: int, n: int = 500, layers: int = 24) -> np.ndarray:
+    """A deep net's per-layer grad norms: each layer its own level and log-normal noise."""
+    rng = np.random.default_rng(seed)
+    levels = np.logspace(0.3, -1.2, layers)[rng.permutation(layers)]
+    return levels * np.exp(rng.normal(0, 0.25, (n, layers)))
+
+
+@pytest.mark.parametrize("seed", [101, 102, 103])
+@pytest.mark.parametrize("share", [0.6, 0.8])
+def test_own_drop_names_a_cliff_that_takes_most_of_a_deep_net(seed, share):
+    """A vanishing gradient takes every layer below the one that saturated: most of a deep net falls
+    5..8 decades at once while the layers near the output keep their level. The median layer fell
+    too, so a rule that asks it to hold is silent; the layers that held are the reference."""
+    norms = _deep(seed)
+    k = int(share * norms.shape[1])
+    rng = np.random.default_rng(seed + 1)
+    norms[300:, :k] *= 10.0 ** -rng.uniform(5, 8, k)   # the first k layers (input side) lose their gradients
+    norms = norms[:, rng.permutation(norms.shape[1])]  # the vector in any order of the layers
+    events = ts.OwnDropGradCliff().scan(layer_grad_norms=norms)
+    assert events and 300 <= events[0].step <= 305, events
+    assert events[0].kind == ts.Kind.VANISHING_GRADIENT and 290 <= events[0].onset_step <= 300
+    # and the same through the default Monitor, per step
+    mon = ts.Monitor(total_steps=500)
+    found = [e for t, row in enumerate(norms) for e in mon.update(step=t, layer_grad_norms=row.tolist())
+             if e.kind == ts.Kind.VANISHING_GRADIENT]
+    assert found and found[0].step <= 305
+
+
+@pytest.mark.parametrize("seed", [201, 202, 203, 204])
+def test_own_drop_quiet_when_every_layer_falls_together(seed):
+    """A tiny data set interpolated to near-zero loss: every layer's gradients fall 3..5 decades within
+    a few steps, each at its own pace (on the way down the layers lie up to 2 decades apart), and a batch that still has loss lifts them all back for a step. Healthy: no layer fell
+    further than the one that fell least by the rule's two decades."""
+    rng = np.random.default_rng(seed)
+    norms = _deep(seed, layers=8)
+    n, layers = norms.shape
+    fall = rng.uniform(3.0, 4.3, layers)                  # decades each layer falls in the end
+    ramp = np.clip((np.arange(n)[:, None] - 120) / rng.uniform(6, 14, layers), 0, 1)  # each over 6..14 steps
+    norms *= 10.0 ** -(ramp * fall)
+    spikes = rng.choice(np.arange(125, n), 12, replace=False)
+    norms[spikes] = norms[110] * np.exp(rng.normal(0, 0.2, (12, layers)))  # a batch with loss left
+    assert ts.OwnDropGradCliff().scan(layer_grad_norms=norms) == []
