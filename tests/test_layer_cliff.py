@@ -87,3 +87,30 @@ def test_own_drop_quiet_when_every_layer_falls_together(seed):
     spikes = rng.choice(np.arange(125, n), 12, replace=False)
     norms[spikes] = norms[110] * np.exp(rng.normal(0, 0.2, (12, layers)))  # a batch with loss left
     assert ts.OwnDropGradCliff().scan(layer_grad_norms=norms) == []
+
+
+@pytest.mark.parametrize("seed", [7200, 7208])
+def test_fresh_deep_mlps_with_most_layers_scaled_down_are_named(seed):
+    """Real runs of the held-out builder on seeds no rule was chosen on: a deep ReLU MLP whose 4..5
+    middle layers are scaled down by x1.5e-3..x4.5e-3 loses the gradients of every layer below them.
+    The default Monitor names the vanishing gradient within max(50, 10 % of the run) (while the rule
+    asked the median layer to hold, it said only loss spike and divergence), with nothing before
+    the onset; the healthy draw of the same seed draws no vanishing-gradient event."""
+    pytest.importorskip("sklearn.datasets")
+    pytest.importorskip("torch")
+    from trainsignals.curves.families import draw_spec
+    from trainsignals.curves.real_runs import run
+    from trainsignals.eval.bench import target_window
+
+    curve = run(draw_spec("vanishing_gradient", "deepmlp", seed, 0))["curve"]
+    assert curve is not None and curve.kind == "vanishing_gradient"
+    assert not (curve.layer_grad_norms[curve.onset_step:] == 0.0).any()  # a fall by decades, not to zero
+    evs = ts.Monitor(total_steps=curve.total_steps).scan(**curve.signals())
+    named = [e for e in evs if e.kind is ts.Kind.VANISHING_GRADIENT and e.step >= curve.onset_step]
+    assert named and named[0].step <= curve.onset_step + target_window(curve.total_steps)
+    assert named[0].detector == "OwnDropGradCliff"
+    assert not [e for e in evs if e.step < curve.onset_step and e.severity != "info"]
+    healthy = run(draw_spec("healthy", "deepmlp", seed, 0))["curve"]
+    assert healthy is not None and healthy.kind == "healthy"
+    assert not [e for e in ts.Monitor(total_steps=healthy.total_steps).scan(**healthy.signals())
+                if e.kind is ts.Kind.VANISHING_GRADIENT]
