@@ -229,7 +229,7 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.OwnDropGradCliff, "cooldown", -1),
         (ts.LayerUpdateRatio, "drop", -1.0),
         (ts.LayerUpdateRatio, "warmup", 0),
-        (ts.ZeroFractionDeadUnits, "threshold", 1.5),
+        (ts.ZeroFractionDeadUnits, "ratio", 1.0),
         (ts.FlatFractionSaturation, "patience", 0),
         (ts.FlatFractionSaturation, "cooldown", -1),
         (ts.TopShareCollapse, "rise", 1.0),

@@ -2,10 +2,11 @@
 
 :class:`LayerFraction` reads one row of an activation sample (:class:`~trainsignals.signals.LayerStats`:
 ``dead_frac`` or ``saturation``, one value per layer) and keeps, per layer and as NumPy vectors, how
-many samples in a row the fraction has been at least ``threshold``, whether that excursion was
-reported, and a running baseline (an EWMA, weight ``alpha``, of the samples below threshold) whose
+many samples in a row the fraction has been at least its limit (``threshold``, or one per layer
+that a rule derives from the layer's own baseline), whether that excursion was reported, and a
+running baseline (an EWMA, weight ``alpha``, of the samples below the limit) whose
 last step within ``margin`` of the fraction is the event's ``onset_step``. A layer fires once per
-excursion (re-armed when it falls back below the threshold); no new event within ``cooldown`` steps
+excursion (re-armed when it falls back below the limit); no new event within ``cooldown`` steps
 of one. The rules (:class:`~trainsignals.ZeroFractionDeadUnits`,
 :class:`~trainsignals.FlatFractionSaturation`) say which row, which kind, and the message.
 """
@@ -28,7 +29,8 @@ class LayerFraction(Detector):
     """Base of the per-layer fraction rules (see the module docstring).
 
     A subclass sets ``_stat`` (the row of :data:`~trainsignals.signals.ACT_STATS`) and ``_kind``,
-    calls :meth:`_setup` from its constructor and implements :meth:`_message`.
+    calls :meth:`_setup` from its constructor and implements :meth:`_message`; it may give each
+    layer its own limit (:meth:`_limit`), no lower than ``threshold``.
     """
 
     inputs = (Input("activations"),)
@@ -117,9 +119,16 @@ class LayerFraction(Detector):
             return None
         return self._excursion(x, step)
 
+    def _limit(self) -> float | np.ndarray:
+        """The fraction at or above which a layer is past the limit: ``threshold`` for every layer, or
+        one per layer (from the layers' baselines) never below ``threshold``, the bound the quiet path checks.
+        """
+        return self.threshold
+
     def _excursion(self, x: np.ndarray, step: int) -> list[Event] | None:
         ok = np.isfinite(x)
-        above = ok & (x >= self.threshold)
+        lim = self._limit()
+        above = ok & (x >= lim)
         below = ok & ~above
         self._base = np.where(below, self.alpha * np.where(ok, x, 0.0) + (1 - self.alpha) * self._base, self._base)
         self._calm = np.where(ok & (x <= self._base + self.margin), step, self._calm)
@@ -138,12 +147,12 @@ class LayerFraction(Detector):
         events = []
         for c in np.flatnonzero(fire).tolist():
             layer = self._names[c]
-            v = float(x[c])
+            v, at = float(x[c]), float(lim if isinstance(lim, float) else lim[c])
             events.append(make_event(self._kind, "warning", step, int(self._calm[c]), type(self).__name__,
-                                     f"activations[{layer}].{ACT_STATS[self._stat]}", v, self.threshold,
-                                     self._message(layer, v), layer=layer))
+                                     f"activations[{layer}].{ACT_STATS[self._stat]}", v, at,
+                                     self._message(layer, v, at), layer=layer))
         return events
 
-    def _message(self, layer: str, value: float) -> str:
-        """The event's message for ``layer`` at fraction ``value``."""
+    def _message(self, layer: str, value: float, limit: float) -> str:
+        """The event's message for ``layer`` at fraction ``value`` (its limit ``limit``)."""
         raise NotImplementedError

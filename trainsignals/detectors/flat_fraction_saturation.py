@@ -47,7 +47,7 @@ class FlatFractionSaturation(LayerFraction):
                  alpha: float = 0.2, cooldown: int = 0) -> None:
         self._setup(threshold, patience, margin, alpha, cooldown)
 
-    def _message(self, layer: str, value: float) -> str:
+    def _message(self, layer: str, value: float, limit: float) -> str:
         return f"{100 * value:.3g}% of layer {layer}'s units are saturated ({self.patience} samples in a row)"
 
 
