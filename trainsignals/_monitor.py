@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -19,6 +18,7 @@ from ._recorder import Recorder
 from ._validate import check_choice, check_range, to_step
 from ._version import __version__
 from .detectors._base import Detector, _jsonable
+from .detectors._ops import log as _log
 from .detectors._ops import nondecreasing, sharing
 from .policy import EventPolicy
 from .signals import DENSE_SIGNALS, SIGNALS, Column, column, dense_values, layers, scalar
@@ -29,7 +29,6 @@ from .suite import default_suite
 __all__ = ["Monitor", "STATUSES", "scan"]
 
 _NAN = float("nan")
-_log = math.log
 _VECTOR_NAMES = frozenset(name for name, sig in SIGNALS.items() if sig.form != "scalar")
 #: the signals ``update`` takes, in the order of a step's row (the per-layer ones last)
 _ORDER = ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "val_metric", "pred_top_share", "layer_grad_norms",
@@ -68,7 +67,7 @@ def _runner(calls: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]], width
     (``()``: the whole row) and the logs ``lidx`` of entries, in order, collecting the events.
 
     ``row`` has ``width`` entries; ``logged`` maps the entries whose logs the calls read to where
-    the row holds their log (``-1``: the run takes it, ``math.log``, ``nan`` where not positive).
+    the row holds their log (``-1``: the run takes it, :func:`~trainsignals.detectors._ops.log`, ``nan`` where not positive).
     The calls are written out one by one as the source of ``run`` (compiled once per combination
     of given signals): every call site then has one detector, which CPython specialises for it;
     a loop's single call site, seeing every detector, stays generic.
@@ -87,7 +86,7 @@ def _runner(calls: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]], width
                   "        if ev is not None:",
                   "            out.extend(ev) if type(ev) is list else out.append(ev)"]
     lines += ["        return out", "    return run"]
-    scope: dict[str, Any] = {"_log": math.log, "_NAN": _NAN}
+    scope: dict[str, Any] = {"_log": _log, "_NAN": _NAN}
     exec(_compiled("\n".join(lines)), scope)
     return scope["make"](*(feed for feed, _, _ in calls))
 

@@ -93,8 +93,8 @@ class CouplingLevels(Detector):
         elif loss - loss != 0.0 or grad - grad != 0.0 or loss < 0.0 or grad < 0.0 or not self._us:
             return None
         else:  # underflowed: at least as low as the lowest level held
-            u = math.log(loss) if loss else min(self._us)
-            g = math.log(grad) if grad else min(self._gs)
+            u = log(loss) if loss else min(self._us)
+            g = log(grad) if grad else min(self._gs)
         n = self._n
         if n:
             a, b = self._a, self._b

@@ -21,18 +21,26 @@ from typing import Any
 
 import numpy as np
 
-_mlog = math.log
+_nplog = np.log
+_nplog10 = np.log10
 #: the last two arguments of :func:`log` and their logs: ``(x, log x, x', log x')``
 _MEMO: tuple[Any, float, Any, float] = (None, 0.0, None, 0.0)
 
 
 def log(x: float) -> float:
-    """``math.log(x)``, remembering the last two arguments (by identity) and their logs.
+    """The natural log of one value, by NumPy's kernel, remembering the last two arguments (by
+    identity) and their logs.
+
+    The batch paths take the log of whole columns with ``np.log`` (:func:`column_log`); the
+    per-step paths must get the same numbers bit for bit, or ``scan`` and ``update`` drift apart.
+    On CPUs with AVX-512, NumPy's vectorised log is not libm's: it differs from ``math.log`` in the
+    last bit for a few values in a thousand. So the scalar log is NumPy's too (on one value it runs
+    the same kernel), on every CPU.
 
     A Monitor hands the same float objects to all its detectors at a step, so the log of each
-    signal is taken once a step rather than once per detector (``math.log`` parses its
-    arguments as a tuple: a look-up here costs a fraction of it). The memo is one tuple, replaced
-    whole, so threads never see an argument with another's log.
+    signal is taken once a step rather than once per detector (a look-up here costs a fraction of
+    the call). The memo is one tuple, replaced whole, so threads never see an argument with
+    another's log.
     """
     global _MEMO
     m = _MEMO
@@ -40,9 +48,16 @@ def log(x: float) -> float:
         return m[1]
     if x is m[2]:
         return m[3]
-    y = _mlog(x)
+    y = float(_nplog(x))
     _MEMO = (x, y, m[0], m[1])
     return y
+
+
+def log10(x: float) -> float:
+    """The base-10 log of one value by NumPy's kernel, as :func:`column_log` with ``base10`` takes it
+    (see :func:`log`: the per-step and batch paths must agree bit for bit on every CPU).
+    """
+    return float(_nplog10(x))
 
 
 def lfilter(*args: Any, **kwargs: Any) -> Any:

@@ -40,6 +40,7 @@ from ._ops import (
     key_float,
     key_floats,
     log,
+    log10,
     shared,
     shared_ewma,
     shared_run,
@@ -318,7 +319,7 @@ class GradPlateauRule(PlateauRule):
             return None
         if grad - grad == 0.0 and grad > 0.0:
             g = self._g
-            lg = math.log10(grad)
+            lg = log10(grad)
             self._g = lg if g is None else LEVEL_ALPHA * lg + self._b * g
         if not self._level(log(x) if log_x is None else log_x):
             return None

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import islice
+from operator import mul
 
 import numpy as np
 
@@ -51,6 +52,14 @@ def plain(values: Iterable[float]) -> list[float | None]:
 
 def residuals(win: Sequence[float]) -> tuple[list[float], float]:
     """Residuals of the finite values around their least-squares line, and the line's rise over the window."""
+    total = sum(win)
+    if total - total == 0.0 and len(win) >= 4:  # every value finite (the usual case): the positions are 0..m-1
+        m = len(win)
+        ks, skk = _centred(m)
+        vb = total / m
+        dev = [v - vb for v in win]
+        slope = sum(map(mul, ks, dev)) / skk
+        return [d - slope * k for k, d in zip(ks, dev)], slope * (m - 1)
     pts = [(k, v) for k, v in enumerate(win) if v == v]
     m = len(pts)
     if m < 4:
@@ -62,11 +71,22 @@ def residuals(win: Sequence[float]) -> tuple[list[float], float]:
     return [v - vb - slope * (k - kb) for k, v in pts], slope * (len(win) - 1)
 
 
+@lru_cache(maxsize=16)
+def _centred(m: int) -> tuple[tuple[float, ...], float]:
+    """The positions ``0..m-1`` less their mean, and the sum of their squares: the same numbers
+    :func:`residuals` computes for a window of ``m`` finite values, computed once per length.
+    """
+    kb = sum(range(m)) / m
+    return tuple(k - kb for k in range(m)), sum((k - kb) ** 2 for k in range(m))
+
+
 def scale(res: list[float]) -> float:
     """Robust noise scale of residuals: ``MAD_SD`` x median ``|r|``, floored (``inf`` when none)."""
     if not res:
         return math.inf
-    return max(MAD_SD * median([abs(r) for r in res]), SCALE_FLOOR)
+    a = sorted(map(abs, res))  # residuals are finite: the median of all of them
+    m = len(a)
+    return max(MAD_SD * (a[m // 2] if m % 2 else 0.5 * (a[m // 2 - 1] + a[m // 2])), SCALE_FLOOR)
 
 
 def median(v: Sequence[float]) -> float:
@@ -96,7 +116,7 @@ def ljung_box(res: list[float], lags: int) -> float:
         return 0.0
     q = 0.0
     for k in range(1, lags + 1):
-        ac = sum(r[i] * r[i - k] for i in range(k, m)) / den
+        ac = sum(map(mul, r[k:], r)) / den  # r[k]*r[0] + r[k+1]*r[1] + ...: the products in time order
         q += ac * ac / (m - k)
     return m * (m + 2) * q
 

@@ -90,7 +90,7 @@ class ValGapRule(Detector):
     def _val(self, val: float, step: int) -> Event | None:
         if val - val != 0.0 or val <= 0.0:
             return None
-        v = math.log(val)
+        v = log(val)
         new_best = self._best is None or v < self._best - self._ld
         self._observe(v, new_best)
         if new_best:

@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._events import Event
 from .._validate import check_range
 from ._base import Input, Knob
-from ._ops import ewma, log
+from ._ops import ewma, log, log10
 from ._plateau import DELTA_MULT, HOLD, PATIENCE, PLATEAU_KEYS, Block, PlateauRule
 
 #: default fall of the update-ratio level that counts as frozen (CUSUMPlateau's ``ratio_decades`` since
@@ -108,7 +108,7 @@ class FrozenUpdatePlateau(PlateauRule):
         if r is not None:  # fold the latest update ratio since the last checkpoint into its level
             self._r = None
             if r >= 0.0:
-                lr = math.log10(r if r > TINY else TINY)
+                lr = log10(r if r > TINY else TINY)
                 if self._rl is None:  # the first one: the history so far had no level
                     self._rl = lr
                     self._rhist.extend([None] * (len(self._hist) - 1))

@@ -83,8 +83,7 @@ class LjungBoxSawtooth(Detector):
         self._reset()
 
     def _reset(self) -> None:
-        self._n = self._ng = 0
-        self._ml = self._vl = self._bl = self._mg = self._vg = self._bg = 0.0
+        self._n, self._ng, self._ml, self._vl, self._bl, self._mg, self._vg, self._bg = 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         self._ys: deque[float] = deque(maxlen=sw.SPAN * self.window)
         self._gs: deque[float] = deque(maxlen=sw.SPAN * self.window)  # nan: no grad norm at that value
         self._ss: deque[int] = deque(maxlen=self.window)
@@ -105,9 +104,10 @@ class LjungBoxSawtooth(Detector):
         res, rise = sw.residuals(cur)
         far = self.spread * sw.scale(sw.residuals(ref)[0])
         fl = sum(abs(r) > far for r in res) / len(res) if res else 0.0
-        fall = sw.median(ref) - sw.median(cur)  # > 0: the loss fell since the reference window
-        if fl >= half and fall > 0.0:  # its usual noise, carried to the current level
-            fl = sum(abs(r) > far * math.exp(fall) for r in res) / len(res)
+        fall = sw.median(ref) - sw.median(cur) if fl >= half else 0.0  # > 0: the loss fell since the reference
+        if fall > 0.0:  # its usual noise, carried to the current level (so fl only falls)
+            far *= math.exp(fall)
+            fl = sum(abs(r) > far for r in res) / len(res)
         if fl < half:  # necessary below: most candidates stop here
             return False, fl, 0.0
         gref, gres, fg = sw.residuals(gs[:w])[0], [], 0.0

@@ -15,6 +15,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
 from ._interval import MIN_HOLD, MIN_VALUES
+from ._ops import log10
 from .frozen_update_plateau import RATIO_DECADES, TINY
 
 #: default fall that counts: the update ratio ``||dw|| / ||w||`` scales with the learning rate for
@@ -97,7 +98,7 @@ class LRCollapseStall(Detector):
         self._last_step = step
         if lr - lr != 0.0 or lr < 0.0:
             return None
-        v = math.log10(lr if lr > TINY else TINY)
+        v = log10(lr if lr > TINY else TINY)
         h = self._hist
         # the same value as the entry before, which was less than `decades` below the highest value then:
         # it still is (the window lost values and gained one no higher), so the peak needs no search

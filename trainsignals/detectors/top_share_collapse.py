@@ -7,6 +7,7 @@ import math
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
+from ._ops import log
 
 #: Where ``onset_step`` is placed, and how far the share may stray and still teach the baseline:
 #: a quarter of the way from the baseline to the threshold.
@@ -143,11 +144,11 @@ class TopShareCollapse(Detector):
         self._n += 1
         if self._n == 1:
             self._f = self._m = self._prev = share
-            self._u = math.log(loss) if loss > 0.0 else 0.0
+            self._u = log(loss) if loss > 0.0 else 0.0
         else:
             self._f = self._a * share + self._b * self._f
             if loss > 0.0:
-                self._u = self._a * math.log(loss) + self._b * self._u
+                self._u = self._a * log(loss) + self._b * self._u
         base = self._base
         sd = math.sqrt(self._v * self._noise)  # the fast share's noise
         m = self._m  # holding still: the fast share within a quarter of the gap of the slow level, either way

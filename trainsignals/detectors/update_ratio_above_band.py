@@ -10,7 +10,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
-from ._ops import ewma, first_true
+from ._ops import ewma, first_true, log10
 
 #: default hard upper edge, violent updates whatever the run (UpdateRatioBand's ``high`` since 4f73fd2, real suite)
 HIGH = 0.1
@@ -120,13 +120,13 @@ class UpdateRatioAboveBand(Detector):
         if x - x != 0.0 or x <= 0.0:
             return None
         if lr - lr == 0.0 and lr > 0.0:  # the rate's levels move at the steps the ratio is judged
-            ll = math.log10(lr)
+            ll = log10(lr)
             if self._lr_level is None:
                 self._lr_level = self._lr_ref = ll
             else:
                 self._lr_level = self._a * ll + self._b * self._lr_level
                 self._lr_ref = self._ra * ll + self._rb * self._lr_ref
-        y = math.log10(x)
+        y = log10(x)
         if self._n == 0:
             self._level = self._ref = y
         else:

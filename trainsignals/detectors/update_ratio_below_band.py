@@ -10,7 +10,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
-from ._ops import ewma, first_true
+from ._ops import ewma, first_true, log10
 from .update_ratio_above_band import ALPHA, REF_ALPHA, WARMUP
 
 #: default hard lower edge, stuck whatever the run (UpdateRatioBand's ``low`` since c9205b5)
@@ -98,11 +98,11 @@ class UpdateRatioBelowBand(Detector):
         if lr - lr == 0.0 and lr > 0.0:
             if lr > self._lr_peak:
                 self._lr_peak = lr
-            ll = math.log10(lr)
+            ll = log10(lr)
             self._lr_level = ll if self._lr_level is None else self._a * ll + self._b * self._lr_level
         if x - x != 0.0 or x <= 0.0:
             return None
-        y = math.log10(x)
+        y = log10(x)
         if self._n == 0:
             self._level = self._ref = y
         else:
@@ -112,7 +112,7 @@ class UpdateRatioBelowBand(Detector):
         lv, ref = self._level, self._ref
         below = lv < self._llo or (lv < self._lsoft and ref - lv >= self.drop)
         if not below or lr == 0.0 or (self._lr_level is not None and self._lr_peak > 0.0
-                                      and self._lr_level < math.log10(self.lr_explains * self._lr_peak)):
+                                      and self._lr_level < log10(self.lr_explains * self._lr_peak)):
             self._out, self._onset = False, -1
             return None
         if self._onset < 0:
