@@ -260,7 +260,7 @@ class Detector:
 
         ``values`` come in the order of :attr:`inputs`, already coerced by
         :mod:`trainsignals.signals` (scalars as floats, an absent optional scalar as ``nan``,
-        per-layer values as :class:`~trainsignals.LayerValues`); ``logs`` are ``math.log`` of the
+        per-layer values as :class:`~trainsignals.LayerValues`); ``logs`` are the natural logs (NumPy's, as the batch path takes them) of the
         inputs :attr:`logs` names, in that order (``nan`` for a value that has none: not positive,
         or absent), and may be left out: the detector then takes them. Returns an event, a list of
         events or ``None``. Subclasses implement it as ``_step``.
