@@ -21,10 +21,27 @@ from typing import Any
 
 import numpy as np
 
-_nplog = np.log
-_nplog10 = np.log10
+
+def _scalar_twin(vectorised: Callable[[Any], Any], scalar: Callable[[float], float]) -> Callable[[float], float]:
+    """``scalar`` (libm's, the fast call) when it gives ``vectorised``'s numbers, else ``vectorised`` on one value.
+
+    NumPy's log runs libm's on most CPUs, but its own vectorised code where AVX-512 is present,
+    which differs from libm's in the last bit for a few values in a thousand. Which one runs is
+    fixed for the process; 8,192 values over the whole float range tell them apart (a difference
+    at that rate shows in dozens of them).
+    """
+    rng = np.random.default_rng(0)
+    x = np.concatenate((np.exp(rng.uniform(-700.0, 700.0, 4096)), rng.uniform(0.01, 10.0, 4096)))
+    if all(a == b for a, b in zip(map(scalar, x.tolist()), vectorised(x).tolist(), strict=True)):
+        return scalar
+    return lambda v: float(vectorised(v))
+
+
+_nplog = _scalar_twin(np.log, math.log)
+_nplog10 = _scalar_twin(np.log10, math.log10)
 #: the last two arguments of :func:`log` and their logs: ``(x, log x, x', log x')``
 _MEMO: tuple[Any, float, Any, float] = (None, 0.0, None, 0.0)
+_MEMO10: tuple[Any, float, Any, float] = (None, 0.0, None, 0.0)
 
 
 def log(x: float) -> float:
@@ -35,7 +52,8 @@ def log(x: float) -> float:
     per-step paths must get the same numbers bit for bit, or ``scan`` and ``update`` drift apart.
     On CPUs with AVX-512, NumPy's vectorised log is not libm's: it differs from ``math.log`` in the
     last bit for a few values in a thousand. So the scalar log is NumPy's too (on one value it runs
-    the same kernel), on every CPU.
+    the same kernel), on every CPU: ``math.log`` where a probe at import finds the two the same,
+    NumPy's on one value otherwise.
 
     A Monitor hands the same float objects to all its detectors at a step, so the log of each
     signal is taken once a step rather than once per detector (a look-up here costs a fraction of
@@ -48,16 +66,25 @@ def log(x: float) -> float:
         return m[1]
     if x is m[2]:
         return m[3]
-    y = float(_nplog(x))
+    y = _nplog(x)
     _MEMO = (x, y, m[0], m[1])
     return y
 
 
 def log10(x: float) -> float:
-    """The base-10 log of one value by NumPy's kernel, as :func:`column_log` with ``base10`` takes it
-    (see :func:`log`: the per-step and batch paths must agree bit for bit on every CPU).
+    """The base-10 log of one value by NumPy's kernel, as :func:`column_log` with ``base10`` takes it,
+    remembering the last two arguments as :func:`log` does (see there: the per-step and batch paths
+    must agree bit for bit on every CPU).
     """
-    return float(_nplog10(x))
+    global _MEMO10
+    m = _MEMO10
+    if x is m[0]:
+        return m[1]
+    if x is m[2]:
+        return m[3]
+    y = _nplog10(x)
+    _MEMO10 = (x, y, m[0], m[1])
+    return y
 
 
 def lfilter(*args: Any, **kwargs: Any) -> Any:
