@@ -66,3 +66,18 @@ def test_a_run_that_starts_above_the_hard_edge_is_judged_from_the_level_it_holds
     ratio[jump:] = 10 ** rng.uniform(-0.7, 0.0)     # 0.2 .. 1: violent, after a held level
     (e, *_) = ts.UpdateRatioAboveBand().scan(update_ratio=ratio)
     assert jump <= e.onset_step <= e.step <= jump + 10   # the level (EWMA) crosses the edge within a few values
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_level_that_settles_at_the_edge_is_one_excursion(seed):
+    """Fresh noisy ratios that fall to the hard lower edge (1e-6) and stay there, their level
+    crossing it back and forth with the noise, give one event; after a recovery of a decade the
+    next fall is a new excursion with its own event. The upper side the same way at its edge."""
+    rng = np.random.default_rng(400 + seed)
+    noise = rng.normal(0, 0.15, 900)
+    low = 10 ** (np.r_[np.full(300, -3.5), np.full(300, -6.0), np.full(100, -3.5), np.full(200, -6.0)] + noise)
+    fired = [e.step for e in ts.UpdateRatioBelowBand().scan(update_ratio=low)]
+    assert len(fired) == 2 and 300 <= fired[0] < 600 and 700 <= fired[1] < 900, fired
+    high = 10 ** (np.r_[np.full(300, -3.5), np.full(300, -1.0), np.full(100, -3.5), np.full(200, -1.0)] + noise)
+    fired = [e.step for e in ts.UpdateRatioAboveBand().scan(update_ratio=high)]
+    assert len(fired) == 2 and 300 <= fired[0] < 600 and 700 <= fired[1] < 900, fired

@@ -27,6 +27,11 @@ WARMUP = 10
 #: default values before the reference counts: a run's update ratio often climbs a decade or more in its
 #: first hundred steps (UpdateRatioBand's ``settle`` since 4f73fd2)
 SETTLE = 200
+#: decades back inside the band that re-arm a band rule after its event (a factor of 2): the level
+#: (EWMA, weight ``ALPHA``) scatters by about 0.4x the per-step scatter of ``log10(ratio)``, 0.1-0.2
+#: decades on real runs, so a level that settles at an edge would cross it back and forth, one
+#: event per crossing; chosen with the other band rules' constants, not on any suite's counts
+REARM = 0.30103
 
 
 class UpdateRatioAboveBand(Detector):
@@ -50,8 +55,8 @@ class UpdateRatioAboveBand(Detector):
     ``high`` holds whatever the rate.
 
     ``onset_step`` is the first value of the excursion. After an event the detector fires again
-    only once the level came back under the edge, and not within ``cooldown`` steps of the last
-    event. Non-positive and non-finite ratios are skipped.
+    only once the level came back under the edge by :data:`REARM` (a factor of 2), and not within
+    ``cooldown`` steps of the last event. Non-positive and non-finite ratios are skipped.
 
     Args:
         high: hard upper edge, > band_top.
@@ -140,6 +145,9 @@ class UpdateRatioAboveBand(Detector):
         if lv <= self._lhi:
             self._held = True
         if not ((lv > self._lhi and self._held) or jumped):
+            if self._out and ((lv > self._lhi - REARM and self._held) or (
+                    lv > self._ltop - REARM and lv - ref >= self.jump - REARM and self._n > self.settle)):
+                return None  # back under the edge by less than REARM: the same excursion
             self._out, self._onset = False, -1
             return None
         if self._onset < 0:

@@ -11,7 +11,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
 from ._ops import ewma, first_true, log10
-from .update_ratio_above_band import ALPHA, REF_ALPHA, WARMUP
+from .update_ratio_above_band import ALPHA, REARM, REF_ALPHA, WARMUP
 
 #: default hard lower edge, stuck whatever the run (UpdateRatioBand's ``low`` since c9205b5)
 LOW = 1e-6
@@ -38,8 +38,9 @@ class UpdateRatioBelowBand(Detector):
     failure. The learning rate is the optional second input (``nan`` when unknown).
 
     ``onset_step`` is the first value of the excursion. After an event the detector fires again
-    only once the level came back over the edge, and not within ``cooldown`` steps of the last
-    event. Non-positive and non-finite ratios are skipped.
+    only once the level came back over the edge by
+    :data:`~trainsignals.detectors.update_ratio_above_band.REARM` (a factor of 2), and not within
+    ``cooldown`` steps of the last event. Non-positive and non-finite ratios are skipped.
 
     Args:
         low: hard lower edge, > 0.
@@ -111,8 +112,12 @@ class UpdateRatioBelowBand(Detector):
         self._n += 1
         lv, ref = self._level, self._ref
         below = lv < self._llo or (lv < self._lsoft and ref - lv >= self.drop)
-        if not below or lr == 0.0 or (self._lr_level is not None and self._lr_peak > 0.0
-                                      and self._lr_level < log10(self.lr_explains * self._lr_peak)):
+        explained = lr == 0.0 or (self._lr_level is not None and self._lr_peak > 0.0
+                                  and self._lr_level < log10(self.lr_explains * self._lr_peak))
+        if not below or explained:
+            if self._out and not explained and (lv < self._llo + REARM or (
+                    lv < self._lsoft + REARM and ref - lv >= self.drop - REARM)):
+                return None  # back over the edge by less than REARM: the same excursion
             self._out, self._onset = False, -1
             return None
         if self._onset < 0:
