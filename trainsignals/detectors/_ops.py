@@ -37,54 +37,43 @@ def _scalar_twin(vectorised: Callable[[Any], Any], scalar: Callable[[float], flo
     return lambda v: float(vectorised(v))
 
 
-_nplog = _scalar_twin(np.log, math.log)
-_nplog10 = _scalar_twin(np.log10, math.log10)
-#: the last two arguments of :func:`log` and their logs: ``(x, log x, x', log x')``
-_MEMO: tuple[Any, float, Any, float] = (None, 0.0, None, 0.0)
-_MEMO10: tuple[Any, float, Any, float] = (None, 0.0, None, 0.0)
+def _remembering(scalar: Callable[[float], float], doc: str) -> Callable[[float], float]:
+    """``scalar`` that remembers its last two arguments (by identity) and their results.
+
+    A Monitor hands the same float objects to all its detectors at a step, so the log of each
+    signal is taken once a step rather than once per detector (a look-up here costs a fraction of
+    the call). The memo is one tuple, replaced whole, so threads never see an argument with
+    another's result.
+    """
+    memo: tuple[Any, float, Any, float] = (None, 0.0, None, 0.0)
+
+    def call(x: float) -> float:
+        nonlocal memo
+        m = memo
+        if x is m[0]:
+            return m[1]
+        if x is m[2]:
+            return m[3]
+        y = scalar(x)
+        memo = (x, y, m[0], m[1])
+        return y
+
+    call.__doc__ = doc
+    return call
 
 
-def log(x: float) -> float:
-    """The natural log of one value, by NumPy's kernel, remembering the last two arguments (by
-    identity) and their logs.
+log = _remembering(_scalar_twin(np.log, math.log), """The natural log of one value as the batch paths take it, remembered (:func:`_remembering`).
 
     The batch paths take the log of whole columns with ``np.log`` (:func:`column_log`); the
     per-step paths must get the same numbers bit for bit, or ``scan`` and ``update`` drift apart.
     On CPUs with AVX-512, NumPy's vectorised log is not libm's: it differs from ``math.log`` in the
     last bit for a few values in a thousand. So the scalar log is NumPy's too (on one value it runs
     the same kernel), on every CPU: ``math.log`` where a probe at import finds the two the same,
-    NumPy's on one value otherwise.
-
-    A Monitor hands the same float objects to all its detectors at a step, so the log of each
-    signal is taken once a step rather than once per detector (a look-up here costs a fraction of
-    the call). The memo is one tuple, replaced whole, so threads never see an argument with
-    another's log.
-    """
-    global _MEMO
-    m = _MEMO
-    if x is m[0]:
-        return m[1]
-    if x is m[2]:
-        return m[3]
-    y = _nplog(x)
-    _MEMO = (x, y, m[0], m[1])
-    return y
-
-
-def log10(x: float) -> float:
-    """The base-10 log of one value by NumPy's kernel, as :func:`column_log` with ``base10`` takes it,
-    remembering the last two arguments as :func:`log` does (see there: the per-step and batch paths
-    must agree bit for bit on every CPU).
-    """
-    global _MEMO10
-    m = _MEMO10
-    if x is m[0]:
-        return m[1]
-    if x is m[2]:
-        return m[3]
-    y = _nplog10(x)
-    _MEMO10 = (x, y, m[0], m[1])
-    return y
+    NumPy's on one value otherwise (:func:`_scalar_twin`).
+    """)
+log10 = _remembering(_scalar_twin(np.log10, math.log10), """The base-10 log of one value as
+    :func:`column_log` with ``base10`` takes it, remembered (see :func:`log`).
+    """)
 
 
 def lfilter(*args: Any, **kwargs: Any) -> Any:

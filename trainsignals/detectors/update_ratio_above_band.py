@@ -27,10 +27,8 @@ WARMUP = 10
 #: default values before the reference counts: a run's update ratio often climbs a decade or more in its
 #: first hundred steps (UpdateRatioBand's ``settle`` since 4f73fd2)
 SETTLE = 200
-#: decades back inside the band that re-arm a band rule after its event (a factor of 2): the level
-#: (EWMA, weight ``ALPHA``) scatters by about 0.4x the per-step scatter of ``log10(ratio)``, 0.1-0.2
-#: decades on real runs, so a level that settles at an edge would cross it back and forth, one
-#: event per crossing; chosen with the other band rules' constants, not on any suite's counts
+#: decades back inside the band that re-arm a band rule after its event (a factor of 2): a level (EWMA,
+#: scatter 0.4x that of log10(ratio), 0.1-0.2 decades a step) settled at an edge fired at every crossing
 REARM = 0.30103
 
 
@@ -38,25 +36,24 @@ class UpdateRatioAboveBand(Detector):
     """Flags an update ratio ``||dw|| / ||w||`` whose level stays above the run's upper band edge.
 
     On ``u = log10(update_ratio)`` the detector keeps a fast level (EWMA, weight ``alpha``) and a
-    slow reference (EWMA, weight ``ref_alpha``: the run's settled level). The upper edge is
-    ``high`` (violent updates, whatever the run), once the level has been under it: the first
-    steps from a small initialisation (a linear model's weights near 0, Adam's first updates of
-    about ``lr`` per weight) often change the weights by more than a tenth, which is how the run
-    starts, not a change in it. Once the reference has settled (after
-    ``settle`` values) it comes down to ``band_top`` (the top of the usual band 1e-4..1e-3) for
-    a level at least ``jump`` decades above the reference: updates an order of magnitude larger
-    than the run's own. A small network trained with plain SGD at a high learning rate lives well
-    at 1e-2, so the edge is the run's own. Fires ``update_ratio_high`` when the level crosses the
-    edge, after ``warmup`` values. The learning rate, the optional second input (``nan`` when
-    unknown), takes its share of a jump: its own level and reference (the same EWMAs of
-    ``log10(lr)``, fed at the steps with a ratio) are kept, and the decades its level rose
-    above its reference are taken off the ratio's rise, so a warm restart that lifts the rate
-    40-fold and the updates with it is the schedule, not violent updates; the hard edge
-    ``high`` holds whatever the rate.
+    slow reference (EWMA, weight ``ref_alpha``: the run's settled level). The upper edge is ``high``
+    (violent updates, whatever the run), once the level has been under it: the first steps from a
+    small initialisation (a linear model's weights near 0, Adam's first updates of about ``lr`` per
+    weight) often change the weights by more than a tenth, which is how the run starts, not a change
+    in it. Once the reference has settled (after ``settle`` values) it comes down to ``band_top``
+    (the top of the usual band 1e-4..1e-3) for a level at least ``jump`` decades above the
+    reference: updates an order of magnitude larger than the run's own. A small network trained with
+    plain SGD at a high learning rate lives well at 1e-2, so the edge is the run's own. Fires
+    ``update_ratio_high`` when the level crosses the edge, after ``warmup`` values. The learning
+    rate, the optional second input (``nan`` when unknown), takes its share of a jump: its own level
+    and reference (the same EWMAs of ``log10(lr)``, fed at the steps with a ratio) are kept, and the
+    decades its level rose above its reference are taken off the ratio's rise, so a warm restart
+    that lifts the rate 40-fold and the updates with it is the schedule, not violent updates; the
+    hard edge ``high`` holds whatever the rate.
 
-    ``onset_step`` is the first value of the excursion. After an event the detector fires again
-    only once the level came back under the edge by :data:`REARM` (a factor of 2), and not within
-    ``cooldown`` steps of the last event. Non-positive and non-finite ratios are skipped.
+    ``onset_step`` is the first value of the excursion. After an event it fires again only once the
+    level came back under the edge by :data:`REARM` (a factor of 2), and not within ``cooldown``
+    steps of the last event. Non-positive and non-finite ratios are skipped.
 
     Args:
         high: hard upper edge, > band_top.
@@ -141,12 +138,10 @@ class UpdateRatioAboveBand(Detector):
         lv, ref = self._level, self._ref
         if self._lr_level is not None and self._lr_level > self._lr_ref:  # the rate's own rise: the schedule's
             ref += self._lr_level - self._lr_ref
-        jumped = lv > self._ltop and lv - ref >= self.jump and self._n > self.settle
         if lv <= self._lhi:
             self._held = True
-        if not ((lv > self._lhi and self._held) or jumped):
-            if self._out and ((lv > self._lhi - REARM and self._held) or (
-                    lv > self._ltop - REARM and lv - ref >= self.jump - REARM and self._n > self.settle)):
+        if not self._above(lv, ref, 0.0):
+            if self._out and self._above(lv, ref, REARM):
                 return None  # back under the edge by less than REARM: the same excursion
             self._out, self._onset = False, -1
             return None
@@ -166,6 +161,11 @@ class UpdateRatioAboveBand(Detector):
             msg = f"update ratio has stayed near {10 ** lv:.3g}, above the healthy band edge {edge:.3g} since step {self._onset}"
         return make_event(Kind.UPDATE_RATIO_HIGH, "warning", step, self._onset, type(self).__name__, "update_ratio",
                           10 ** lv, edge, msg)
+
+    def _above(self, lv: float, ref: float, margin: float) -> bool:
+        """Whether the level ``lv`` lies over the edge lowered by ``margin`` decades (0: the edge itself)."""
+        return (lv > self._lhi - margin and self._held) or (
+            lv > self._ltop - margin and lv - ref >= self.jump - margin and self._n > self.settle)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._n <= self.warmup or self._out or self._onset >= 0 or not self._held:

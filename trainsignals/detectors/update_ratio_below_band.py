@@ -111,12 +111,10 @@ class UpdateRatioBelowBand(Detector):
             self._ref = self._ra * y + self._rb * self._ref
         self._n += 1
         lv, ref = self._level, self._ref
-        below = lv < self._llo or (lv < self._lsoft and ref - lv >= self.drop)
         explained = lr == 0.0 or (self._lr_level is not None and self._lr_peak > 0.0
                                   and self._lr_level < log10(self.lr_explains * self._lr_peak))
-        if not below or explained:
-            if self._out and not explained and (lv < self._llo + REARM or (
-                    lv < self._lsoft + REARM and ref - lv >= self.drop - REARM)):
+        if explained or not self._below(lv, ref, 0.0):
+            if self._out and not explained and self._below(lv, ref, REARM):
                 return None  # back over the edge by less than REARM: the same excursion
             self._out, self._onset = False, -1
             return None
@@ -131,6 +129,10 @@ class UpdateRatioBelowBand(Detector):
         msg = f"update ratio has stayed near {10 ** lv:.3g}, below the healthy band edge {edge:.3g} since step {self._onset}"
         return make_event(Kind.UPDATE_RATIO_LOW, "warning", step, self._onset, type(self).__name__, "update_ratio",
                           10 ** lv, edge, msg)
+
+    def _below(self, lv: float, ref: float, margin: float) -> bool:
+        """Whether the level ``lv`` lies under the edge raised by ``margin`` decades (0: the edge itself)."""
+        return lv < self._llo + margin or (lv < self._lsoft + margin and ref - lv >= self.drop - margin)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._n <= self.warmup or self._out or self._onset >= 0:
