@@ -29,11 +29,11 @@ class LjungBoxSawtooth(Detector):
     (EWMA of ``|y[t] - y[t-1]|``) exceeds ``ratio`` times its slow baseline, the last ``window``
     values are examined around their least-squares line: a sawtooth when
 
-    * at least ``frac`` of the log-loss residuals exceed ``spread`` times the usual residual
-      noise (1.4826 x median absolute residual of the window ``3 * window`` values earlier),
-      taken ``exp(d)`` times larger where the median log-loss fell by ``d`` since (a falling
-      minibatch loss keeps its noise in loss units); a known grad norm's residuals must swing
-      too, measured the same way: ``frac`` of one and ``frac / 2`` of the other;
+    * at least ``frac`` of the log-loss residuals exceed ``spread`` times the usual residual noise
+      (1.4826 x median absolute residual of the window ``3 * window`` values earlier), taken
+      ``exp(d)`` times larger where the median log-loss fell by ``d`` since (a falling minibatch
+      loss keeps its noise in loss units); a known grad norm's residuals must swing too, measured
+      the same way: ``frac`` of one and ``frac / 2`` of the other;
     * no net progress: the line moves by at most ``EFFICIENCY`` times the residuals' 10-90 %
       range, and the median lies at most ``DROP`` such ranges below the reference window's;
     * a pattern: the Ljung-Box statistic of the residuals over lags 1..``window // 3`` (plus the
@@ -83,11 +83,11 @@ class LjungBoxSawtooth(Detector):
         self._reset()
 
     def _reset(self) -> None:
-        self._n, self._ng, self._ml, self._vl, self._bl, self._mg, self._vg, self._bg = 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        self._n, self._ng, self._quiet_until, self._last_step = 0, 0, -1, -1  # counts; no event yet
+        self._ml = self._vl = self._bl = self._mg = self._vg = self._bg = 0.0
         self._ys: deque[float] = deque(maxlen=sw.SPAN * self.window)
         self._gs: deque[float] = deque(maxlen=sw.SPAN * self.window)  # nan: no grad norm at that value
         self._ss: deque[int] = deque(maxlen=self.window)
-        self._quiet_until = self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
