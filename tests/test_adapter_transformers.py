@@ -509,6 +509,13 @@ def ddp_job(out: Path) -> None:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     faulthandler.cancel_dump_traceback_later()
+    # the rank's result is written: leave before this function's locals are freed. Freeing the Trainer's
+    # DDP reducer joins gloo's worker thread while holding the GIL that thread may still need to free a
+    # finished collective's tensors (a deadlock py-spy showed at this function's return, and, before, at
+    # the interpreter's teardown: the test timed out)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def test_one_ranks_critical_event_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
@@ -530,10 +537,4 @@ def test_one_ranks_critical_event_stops_every_rank_at_the_same_step(tmp_path: Pa
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddp-job", type=Path, required=True)
-    ddp_job(parser.parse_args().ddp_job)
-    # the rank's result is written: leave without the interpreter's teardown, where freeing the Trainer's
-    # DDP reducer joins gloo's worker thread while holding the GIL that thread may still need to free a
-    # finished collective's tensors (a deadlock py-spy showed in a clean-clone CI run: the test timed out)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    ddp_job(parser.parse_args().ddp_job)  # leaves the process itself (os._exit), see its end

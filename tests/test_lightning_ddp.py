@@ -75,6 +75,12 @@ def job(out: Path) -> None:
     if torch.distributed.is_initialized():   # leave no communication thread running at exit
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+    # the rank's result is written: leave before this function's locals are freed, where freeing the DDP
+    # reducer joins gloo's worker thread while holding the GIL that thread may need (the deadlock py-spy
+    # showed in the Hugging Face DDP test, at its job's return)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def test_one_ranks_critical_event_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
@@ -98,10 +104,4 @@ def test_one_ranks_critical_event_stops_every_rank_at_the_same_step(tmp_path: Pa
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    job(ap.parse_args().out)
-    # the rank's result is written: leave without the interpreter's teardown, where freeing the DDP
-    # reducer joins gloo's worker thread while holding the GIL that thread may need (a deadlock seen in
-    # the Hugging Face DDP test of a clean-clone CI run; the same teardown runs here)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    job(ap.parse_args().out)  # leaves the process itself (os._exit), see its end

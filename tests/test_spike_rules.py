@@ -102,3 +102,62 @@ def test_after_alarm_behaviour_is_cooldown_steps_and_the_rules_own_re_arm():
     x[100] = x[108] = x[115] = 50.0
     assert [e.step for e in ts.EWMAZSpike().scan(loss=x)] == [100, 115]
     assert [e.step for e in ts.EWMAZSpike(cooldown=20).scan(loss=x)] == [100]
+
+
+
+def test_the_z_bar_rises_with_the_runs_own_record_of_noise():
+    """Wobbles the run took back (z about 6, three times) raise a lone value's bar to half again their z-score.
+
+    A value at z about 8.5 is a spike in a run that never wobbled, and one more wobble in a run
+    that did; a value at z about 13 is a spike in both; three values in a row at z about 6 are a
+    jump in both (fresh noise, seed 5040).
+    """
+    rng = np.random.default_rng(5040)
+    noise = 0.1 * rng.standard_normal(1000)
+    wobbled = noise.copy()
+    wobbled[[300, 500, 700]] = 0.55
+
+    def steps(y: np.ndarray, value: float) -> list[int]:
+        y = y.copy()
+        y[900] = value
+        return [e.step for e in ts.EWMAZSpike().scan(loss=2.0 * np.exp(y))]
+
+    assert steps(noise, 0.8) == [900]
+    assert steps(wobbled, 0.8) == []
+    assert steps(wobbled, 1.2) == [900]
+    # the bar is a lone value's: consecutive values (z about 6 each) are summed as before
+    wobbled[901:903] = 0.62
+    assert steps(wobbled, 0.62) == [901]
+
+
+def test_heavy_tailed_noise_raises_the_bar_and_light_tailed_noise_does_not():
+    """Fresh streams (seeds >= 5000): Gaussian log-noise leaves the bar at ``threshold`` (but in about one
+    run in 100); Student-t (3 degrees of freedom) noise raises it, and a 20x bad batch still clears it.
+    """
+    from trainsignals.detectors._ewma_jump import RECORD
+
+    raised_light = raised_heavy = 0
+    for seed in range(5000, 5020):
+        rng = np.random.default_rng(seed)
+        level = np.log(2.0 * np.exp(-np.arange(2000) / 800) + 0.2)
+        light, heavy = ts.EWMAZSpike(), ts.EWMAZSpike()
+        assert light.scan(loss=np.exp(level + 0.05 * rng.standard_normal(2000))) == []
+        raised_light += light.state_dict()["state"]["record"] * RECORD > light.threshold
+        loss = np.exp(level + 0.05 * rng.standard_t(3, 2000))
+        heavy.scan(loss=loss[:1500])
+        raised_heavy += heavy.state_dict()["state"]["record"] * RECORD > heavy.threshold
+        loss[1500] *= 20.0
+        assert 1500 in [e.step for e in ts.EWMAZSpike().scan(loss=loss)]
+    assert raised_light <= 1  # a z-score past threshold / RECORD: about 1 Gaussian run of 2,000 values in 100
+    assert raised_heavy >= 15  # (a t(3) run may alarm on its wobbles before taking one back)
+
+
+def test_a_spike_of_two_values_does_not_raise_the_bar_on_itself():
+    """The first value of a two-value spike is below the bar alone; it is not learned as noise."""
+    rng = np.random.default_rng(5031)
+    loss = np.exp(np.log(2.0) + 0.02 * rng.standard_normal(400))
+    base = float(np.exp(np.log(2.0)))
+    loss[300] = base * np.exp(0.02 * 5.5)  # z about 5.5: not anomalous alone, beyond threshold / RECORD
+    loss[301] = base * 3.0  # the jump itself
+    evs = ts.EWMAZSpike().scan(loss=loss)
+    assert [e.step for e in evs] == [301]

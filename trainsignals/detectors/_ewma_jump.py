@@ -12,7 +12,9 @@ if the value after it is not anomalous, so a bad batch spanning two or three ste
 the scale its second value is measured against. With ``z = d / sqrt(v + floor**2)`` a CUSUM
 ``S <- min(h, max(0, S + z - k))``, ``k = SLACK*threshold``, ``h = threshold - k`` (one sum per
 watched direction) marks a value *anomalous* when ``S + z - k >= h``: one value at
-``z >= threshold``, or consecutive values whose z-scores exceed ``k`` by ``h`` in total. An
+``z >= threshold``, or consecutive values whose z-scores exceed ``k`` by ``h`` in total. The lone
+value's bar is relative to the run's own tail: ``threshold``, or ``RECORD`` times the run's record
+(the largest z-score of a value learned as noise) once that is larger (:data:`RECORD`). An
 value that is a z-outlier (``z > k``) is also anomalous when the host passes a ``peak_ratio`` and the value
 is at least that many times the largest of the previous ``PEAK_WINDOW`` values (the peak test of
 :class:`PeakRatioSpike`; log mode, upward only). An anomalous value that is also a jump of at least ``min_ratio`` times the level opens a *watch*
@@ -87,6 +89,14 @@ HOLD = 10
 PEAK_RATIO = 5.0
 #: how many previous values the peak is taken over (the 100 of the 3.7x measurement above)
 PEAK_WINDOW = 100
+#: the z-score a lone value (one the CUSUM sums from zero) must reach is the larger of ``threshold`` and RECORD
+#: times the run's *record*: the largest z-score (in the watched direction) of a value the tracker learned as
+#: noise (the value after it was not anomalous), outside a jump's watch. Consecutive values are summed as before.
+#: The largest of 1,000 Gaussian values is about 3.2 (above 4.3 once in 100 runs), so with light-tailed noise
+#: the bar stays at ``threshold``; only a run whose own noise went past ``threshold / RECORD`` (4.67 for 7: a
+#: 1-in-650,000 Gaussian value), a heavy-tailed one, is held to half again its worst wobble. Not chosen on a suite: the factor by which a value
+#: must outdo everything the run has already shown and taken back
+RECORD = 1.5
 
 _B, _VB = 1.0 - ALPHA, 1.0 - VAR_ALPHA  # the recurrences' forms, as ops.ewma/ewvar evaluate them
 _VBA = _VB * VAR_ALPHA
@@ -95,7 +105,7 @@ _sqrt = math.sqrt
 
 #: the tracker's state keys (the host lists them in its ``_state_keys``)
 TRACK_KEYS = ("n", "mean", "var", "pending", "has_pending", "run", "acc_up", "acc_dn", "ep", "ep_left",
-              "ep_start", "ep_ref", "ep_scale", "ep_sign", "recent", "first_step", "last_step")
+              "ep_start", "ep_ref", "ep_scale", "ep_sign", "recent", "record", "record_cand", "first_step", "last_step")
 
 
 
@@ -158,6 +168,7 @@ class EWMAJump:
         self._hi_k = self._k if self.direction != "down" else math.inf
         self._up = self.direction != "down"
         self._dn = self.direction != "up"
+        self._bar(0.0)
         self._min_jump = math.log(self.min_ratio) if self.log else float(self.min_ratio) - 1.0
         self.logs = (self.inputs[0].name,) if self.log else ()
 
@@ -167,9 +178,19 @@ class EWMAJump:
         self._ep, self._ep_left, self._ep_start, self._ep_ref, self._ep_scale, self._ep_sign = [], 0, -1, 0.0, 0.0, 1.0
         self._recent = deque(maxlen=self._peak_n)
         self._first_step = self._last_step = -1
+        self._record_cand = 0.0  # the pending value's deviation when it would raise the record (0: it would not)
+        self._bar(0.0)
 
     def _track_set_state(self, state: dict[str, Any]) -> None:
         self._recent = deque(state["recent"], maxlen=self._peak_n)
+        self._bar(float(state["record"]))
+
+    def _bar(self, record: float) -> None:
+        """Set the run's record deviation and the bar a lone value must clear (see :data:`RECORD`)."""
+        self._record = record
+        bar = max(float(self.threshold), RECORD * record)
+        self._hb = bar - self._k  # the CUSUM's sum a lone value (from a zero sum) must reach: z >= bar
+        self._next_record = bar / RECORD  # a value learned beyond this deviation raises the bar
 
     def _learn(self) -> None:
         """Fold the pending value into the level and the variance (plain running averages in warm-up)."""
@@ -229,17 +250,18 @@ class EWMAJump:
 
     def _judge(self, x: float, y: float, d: float, z: float, scale: float, step: int) -> Event | None:
         mean, k, h = self._mean, self._k, self._h
+        cand, self._record_cand = self._record_cand, 0.0
         anomalous, sign = False, 1.0
         was_up, was_dn = self._acc_up > 0.0, self._acc_dn > 0.0
         if self._up:
             raw = self._acc_up + z - k
-            anomalous = raw >= h
+            anomalous = raw >= (h if was_up else self._hb)
             self._acc_up = 0.0 if raw < 0.0 else min(h, raw)
             if not anomalous and z > k and self._recent and x >= self._peak * max(self._recent):
                 anomalous = True
         if self._dn:
             raw = self._acc_dn - z - k
-            if raw >= h and not anomalous:
+            if raw >= (h if was_dn else self._hb) and not anomalous:
                 anomalous, sign = True, -1.0
             self._acc_dn = 0.0 if raw < 0.0 else min(h, raw)
         self._recent.append(x)
@@ -253,7 +275,13 @@ class EWMAJump:
             self._run = 0
             if self._has_pending:
                 self._learn()
+                if cand:  # the value before came back at once: it was noise, the run's new record
+                    self._bar(cand)
             self._pending, self._has_pending = y, True
+            if not watching:
+                dev = z if not self._dn else -z if not self._up else abs(z)
+                if dev > self._next_record:
+                    self._record_cand = dev
         else:
             self._run += 1
             if self._has_pending:  # the value before, if already part of this jump's evidence, stays out
@@ -312,7 +340,7 @@ class EWMAJump:
         prev = col[i - 1:i - 1 + lim] if i and not self.log else column_log(col, i - 1, i - 1 + lim) if i else None
         u = prev if prev is not None and same_float(float(prev[0]), p0) else None
         m, v, z = shared_run(key, lim, lambda: trajectory(y, p0, m0, v0, self.log, u))
-        k, acc_up, acc_dn = shared(None if key is None else (*key, lim, self._k, self._h, self._up, self._dn),
+        k, acc_up, acc_dn = shared(None if key is None else (*key, lim, self._k, self._h, self._hb, self._up, self._dn),
                                    lambda: self._cusum(z, lim))
         if self._peak_n and k:
             c = first_peak(self._recent, x[:k], np.flatnonzero(z[:k] > self._k) if self._up else (), self._peak)
@@ -320,13 +348,27 @@ class EWMAJump:
                 k = c
                 acc_up = self._evidence(z, c)[1] if self._up else 0.0
                 acc_dn = self._evidence(-z, c)[1] if self._dn else 0.0
+        c = -1
         if k:
+            dev = z[:k] if not self._dn else -z[:k] if not self._up else np.abs(z[:k])
+            hits = np.flatnonzero(dev > self._next_record)
+            if len(hits):  # a record: it counts once the value after it came back (that one judged on the old bar)
+                c = int(hits[0])
+                if c + 1 < k:
+                    k = c + 2
+                    acc_up = self._evidence(z, k)[1] if self._up else 0.0
+                    acc_dn = self._evidence(-z, k)[1] if self._dn else 0.0
             if self._peak_n:
                 self._recent.extend(x[max(0, k - self._peak_n):k].tolist())
             self._mean, self._var, self._n = float(m[k - 1]), float(v[k - 1]), self._n + k
             self._pending = float(y[k - 1])
             self._acc_up, self._acc_dn = acc_up, acc_dn
             self._last_step = int(steps[i + k - 1])
+            if c >= 0:
+                if c + 1 < k:  # value c came back at once: the run's new record
+                    self._bar(float(dev[c]))
+                last = float(dev[k - 1])  # the pending value: a candidate while it is beyond the bar's record
+                self._record_cand = last if last > self._next_record else 0.0
         return k
 
     def _cusum(self, z: np.ndarray, lim: int) -> tuple[int, float, float]:
@@ -349,7 +391,7 @@ class EWMAJump:
         value takes the sum back to 0. Those runs are judged at once (with the loop's own arithmetic,
         ``(0 + z) - k`` then ``(that + z') - k``); the loop walks the others.
         """
-        kk, h = self._k, self._h
+        kk, h, hb = self._k, self._h, self._hb
         cs = np.flatnonzero(z[:lim] > kk)
         if len(cs):
             r1 = z[cs] - kk
@@ -363,7 +405,7 @@ class EWMAJump:
             t, acc = c, 0.0
             while t < lim:
                 raw = acc + float(z[t]) - kk
-                if raw >= h:
+                if raw >= (h if acc > 0.0 else hb):  # a lone value (from a zero sum) must clear the bar
                     return t, acc
                 acc = 0.0 if raw < 0.0 else min(h, raw)
                 if acc == 0.0:
