@@ -105,6 +105,7 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("stall_abrupt", AbruptPlateau, {}, _stall_patience),
     ("lr_collapse", LRCollapseStall, {}, None),
     ("frozen_optimizer", UpdateGapStall, {}, None),
+    ("frozen_gradients", UpdateGapStall, {"signal": "grad_norm"}, None),
     ("sawtooth", LjungBoxSawtooth, {}, None),
     ("edge_of_stability", SwingRatioEdgeOfStability, {}, None),
     ("lr_edge_of_stability", LRRiseEdgeOfStability, {}, None),

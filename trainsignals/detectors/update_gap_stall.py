@@ -1,4 +1,4 @@
-"""UpdateGapStall: the update ratio stops coming while the loss keeps coming: the optimizer no longer steps."""
+"""UpdateGapStall: the update ratio (or the grad norm) stops coming while the loss keeps coming: the weights no longer move."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range
+from .._validate import check_choice, check_range
 from ._base import Detector, Input, Knob
 from ._interval import MIN_HOLD
 
@@ -19,16 +19,27 @@ MISSING = 20
 LONGEST_MULT = 4
 #: updates seen before the rule is armed: two gaps between them, so the run's cadence is known
 ARM = 3
+#: per watched signal: its name in the message, and the likely causes of its gap
+_WHAT = {
+    "update_ratio": ("update ratio", "optimizer.step() skipped by a condition, a swallowed exception, weights "
+                                     "frozen or missing from the optimizer"),
+    "grad_norm": ("grad norm", "backward() skipped by a condition, a loss computed under no_grad or detached, "
+                               "every parameter frozen"),
+}
 
 
 class UpdateGapStall(Detector):
-    """Flags a stall when the weights stop changing: no update ratio while the loss keeps coming.
+    """Flags a stall when the weights stop changing: no update ratio (or grad norm) while the loss keeps coming.
 
     The update ratio ``||dw|| / ||w||`` is measured after an optimizer step. A run whose
     optimizer no longer steps (a condition in the loop that skips ``optimizer.step()``, a
     swallowed exception, an optimizer built over other parameters, weights frozen by mistake)
-    gives none, or a ratio of 0, while its loss keeps coming. The rule counts the loss values
-    since the latest positive, finite update ratio (an *update*) and fires when that count
+    gives none, or a ratio of 0, while its loss keeps coming. With ``signal="grad_norm"`` the same
+    rule watches the gradient norm, measured after ``backward()``: a run whose backward pass no
+    longer reaches the weights (``backward()`` skipped by a condition, a loss computed under
+    ``torch.no_grad`` or detached, every parameter frozen) gives none, or a norm of 0, and a user
+    who logs no update ratio still sees the weights stop. The rule counts the loss values
+    since the latest positive, finite value of ``signal`` (an *update*) and fires when that count
     reaches ``missing`` and :data:`LONGEST_MULT` times the longest such gap between two updates
     so far, plus one, once :data:`ARM` updates came: the threshold is the run's own cadence (an
     update ratio measured every 10 steps has gaps of 9; a gap reported as a stall does not count). A run that never gave an update ratio
@@ -41,6 +52,7 @@ class UpdateGapStall(Detector):
     Args:
         missing: loss values without an update that fire at least, >= 1.
         cooldown: steps after an event without another, >= 0.
+        signal: the signal whose values are the updates: ``"update_ratio"`` or ``"grad_norm"``.
 
     Example:
         The update ratio every step, then none from step 300 (the optimizer stopped stepping):
@@ -52,17 +64,24 @@ class UpdateGapStall(Detector):
         >>> ratio = np.where(np.arange(400) % 10 == 0, 1e-3, np.nan)  # measured every 10 steps: quiet
         >>> UpdateGapStall().scan(loss=np.ones(400), update_ratio=ratio)
         []
+
+        A grad norm every step, then none from step 250 (no backward pass reaches the weights):
+
+        >>> norm = np.r_[np.full(250, 0.5), np.full(150, np.nan)]
+        >>> [(e.signal, e.step, e.onset_step) for e in UpdateGapStall(signal="grad_norm").scan(loss=np.ones(400), grad_norm=norm)]
+        [('grad_norm', 269, 250)]
     """
 
-    inputs = (Input("loss"), Input("update_ratio", required=False))
     knob = Knob("missing", 2.0, 500.0)
     spans = {"missing": MIN_HOLD}  # steps a loop may skip on its own: fewer values in a log written every N steps
     _state_keys = ("seen", "unseen", "longest", "onset", "fired", "quiet_until", "last_step")
 
-    def __init__(self, missing: int = MISSING, cooldown: int = 0) -> None:
+    def __init__(self, missing: int = MISSING, cooldown: int = 0, signal: str = "update_ratio") -> None:
         check_range("missing", missing, 1, None, integer=True)
         check_range("cooldown", cooldown, 0, None, integer=True)
-        self.missing, self.cooldown = missing, cooldown
+        check_choice("signal", signal, tuple(_WHAT))
+        self.missing, self.cooldown, self.signal = missing, cooldown, signal
+        self.inputs = (Input("loss"), Input(signal, required=False))
         self._reset()
 
     def _reset(self) -> None:
@@ -78,11 +97,11 @@ class UpdateGapStall(Detector):
         """The gap that fires now."""
         return max(self.missing, LONGEST_MULT * self._longest + 1)
 
-    def _step(self, loss: float, update_ratio: float, step: int) -> Event | None:
+    def _step(self, loss: float, update: float, step: int) -> Event | None:
         self._last_step = step
         if loss - loss != 0.0:  # a loss that is not finite: the step is not counted
             return None
-        if update_ratio > 0.0 and update_ratio - update_ratio == 0.0:  # an update: positive and finite
+        if update > 0.0 and update - update == 0.0:  # an update: positive and finite
             if self._seen and not self._fired:  # a gap reported as a stall is no measure of the cadence
                 self._longest = max(self._longest, self._unseen)
             self._seen += 1
@@ -101,10 +120,10 @@ class UpdateGapStall(Detector):
         self._fired = True
         self._quiet_until = step + self.cooldown if self.cooldown else -1
         n = self._unseen
-        msg = (f"no update ratio for {n} loss values (since step {self._onset}; the longest gap before was "
-               f"{self._longest}): the weights stopped changing: optimizer.step() skipped by a condition, a "
-               "swallowed exception, weights frozen or missing from the optimizer?")
-        return make_event(Kind.STALL, "warning", step, self._onset, type(self).__name__, "update_ratio",
+        what, why = _WHAT[self.signal]
+        msg = (f"no {what} for {n} loss values (since step {self._onset}; the longest gap before was "
+               f"{self._longest}): the weights stopped changing: {why}?")
+        return make_event(Kind.STALL, "warning", step, self._onset, type(self).__name__, self.signal,
                           float(n), float(need), msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
