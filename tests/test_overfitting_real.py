@@ -263,3 +263,37 @@ def test_a_climb_inside_a_wide_earlier_wobble_is_reported_once():
     evs = scan(MemorisationClimbOverfitting, train, (vs, val))
     assert len(evs) == 1 and evs[0].onset_step == 300, [e.step for e in evs]
     assert all(len(scan(rule, train, (vs, val))) <= 1 for rule in ROUTES)
+
+
+# the memorisation rules and the validation metric: a climb while the model still gets better is no overfit
+_CLIMB_VAL = {100: 1.0, 200: 0.7, 300: 0.9, 400: 0.69, 500: 0.70, 600: 0.71, 700: 0.72, 800: 0.73}
+
+
+def _climb(rule, metric: dict[int, float] | None, **kw) -> list[tuple[int, int]]:
+    """The docstring's climb (val up at each evaluation from step 400, the train loss collapsing)."""
+    det = rule(**kw)
+    out = []
+    for s in range(0, 801, 10):
+        loss = 1.0 / (1 + s / 100) if s <= 400 else 0.2 * 10 ** ((400 - s) / 200)
+        sig = {"loss": loss, "val_loss": _CLIMB_VAL.get(s), "val_metric": None if metric is None else metric.get(s)}
+        out += [(e.step, e.onset_step) for e in det.update(step=s, **sig)]
+    return out
+
+
+def test_a_memorisation_climb_while_the_metric_still_improves_is_left_alone():
+    improving = {100: 0.50, 200: 0.60, 300: 0.62, 400: 0.70, 500: 0.72, 600: 0.74, 700: 0.76, 800: 0.78}
+    stalled = {**improving, 500: 0.69, 600: 0.70, 700: 0.69, 800: 0.68}
+    assert _climb(MemorisationClimbOverfitting, None) == [(700, 400)]
+    assert _climb(MemorisationClimbOverfitting, stalled) == [(700, 400)]
+    assert _climb(MemorisationClimbOverfitting, improving) == []
+    # an error rate improves downwards: the same numbers as an error rate are a metric getting worse
+    assert _climb(MemorisationClimbOverfitting, improving, mode="min") == [(700, 400)]
+    error = {s: 1.0 - a for s, a in improving.items()}
+    assert _climb(MemorisationClimbOverfitting, error, mode="min") == []
+
+
+def test_the_break_out_reads_no_metric():
+    assert "val_metric" not in [i.name for i in BreakoutOverfitting.inputs]
+    assert "val_metric" in [i.name for i in LevelStepOverfitting.inputs]
+    with pytest.raises(TypeError, match="val_metric"):
+        BreakoutOverfitting().update(loss=1.0, val_loss=1.0, val_metric=0.5)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._events import Event, Kind, make_event
-from .._validate import check_range
+from .._validate import check_choice, check_range
 from ._base import Detector, Input
 from ._ops import NEVER, column_log, ewma, first_unusable, first_usable, log, shared_ewma
 
@@ -28,7 +29,8 @@ TRAIN_ALPHA = 0.05
 #: share of the reported rise that a validation must take back (towards the best) to re-arm
 _REARM_SHARE = 0.5
 #: the state every overfitting rule keeps (a rule adds its own keys to these)
-RULE_KEYS: tuple[str, ...] = ("train", "best", "best_step", "best_train", "bad", "fired", "cooldown_until", "last_step")
+RULE_KEYS: tuple[str, ...] = ("train", "best", "best_step", "best_train", "bad", "fired", "cooldown_until",
+                              "mrec", "last_step")
 #: and the state of a rule that compares with the wobble
 WOBBLE_KEYS: tuple[str, ...] = RULE_KEYS + ("hist", "wobble", "peak", "fall")
 
@@ -42,25 +44,36 @@ class ValGapRule(Detector):
     validations in a row that failed to improve, the latest at least ``min_rise`` (relative)
     above the best, and the smoothed train loss at least ``min_train_fall`` (relative) below its
     value at the best validation (both rising is a divergence, not overfitting); then the
-    subclass's evidence (``_evidence``). ``onset_step`` and :attr:`best_step` are the step of the
-    best validation. A rule fires once per new best, and re-arms once a validation has come back
+    subclass's evidence (``_evidence``). The *memorisation* rules (the ones that read a widening
+    gap from a train loss that collapses, as it also does in a healthy run that interpolates a
+    small data set) read the validation metric too, when the run reports one (``val_metric``,
+    improving in direction ``mode``), and need it to have stopped improving: the mean of the
+    ``patience`` latest metrics since the best validation loss no better than the best metric up
+    to it. A validation loss that rises while the metric still improves is a model growing more
+    confident in answers it gets right and wrong, not one getting worse on held-out data; a rule
+    whose own evidence is a significant climb beyond the wobble
+    (:class:`~trainsignals.BreakoutOverfitting`) reads no metric. ``onset_step`` and
+    :attr:`best_step` are the step of the best validation. A rule fires once per new best, and re-arms once a validation has come back
     at least halfway (in log space) from the rise it reported towards the best; after an event
     it is quiet for ``cooldown`` steps in any case.
     """
 
-    inputs = (Input("loss", required=False), Input("val_loss", required=False))
+    inputs: tuple[Input, ...] = (Input("loss", required=False), Input("val_loss", required=False),
+                                 Input("val_metric", required=False))
     logs = ("loss",)
     _state_keys = RULE_KEYS
 
-    def _setup(self, patience: int, min_rise: float, min_train_fall: float, cooldown: int) -> None:
+    def _setup(self, patience: int, min_rise: float, min_train_fall: float, cooldown: int, mode: str) -> None:
         check_range("patience", patience, 2, None, integer=True)
         check_range("min_rise", min_rise, 0, None)
         check_range("min_train_fall", min_train_fall, 0, 1, hi_open=True)
         check_range("cooldown", cooldown, 0, None, integer=True)
+        check_choice("mode", mode, ("max", "min"))
         self.patience = patience
         self.min_rise = min_rise
         self.min_train_fall = min_train_fall
         self.cooldown = cooldown
+        self.mode = mode
         self._a, self._b = TRAIN_ALPHA, 1.0 - TRAIN_ALPHA
         self._ld = math.log1p(MIN_DELTA)
         self._lr = math.log1p(min_rise)
@@ -74,6 +87,9 @@ class ValGapRule(Detector):
         self._best_step, self._bad = -1, 0
         self._fired: float | None = None  # the log rise above the best that alarmed (None: armed)
         self._cooldown_until, self._last_step = NEVER, -1
+        # the validation metric, signed (higher is better): [the best so far, the best as it was at the best
+        # validation loss, the latest patience since that best]
+        self._mrec: list[Any] = [None, None, []]
 
     @property
     def best_step(self) -> int:
@@ -95,6 +111,8 @@ class ValGapRule(Detector):
         self._observe(v, new_best)
         if new_best:
             self._best, self._best_step, self._best_train, self._bad, self._fired = v, step, self._train, 0, None
+            rec = self._mrec
+            rec[1], rec[2] = rec[0], []
             return None
         best = self._best
         assert best is not None
@@ -106,7 +124,8 @@ class ValGapRule(Detector):
         if step <= self._cooldown_until or self._bad < self.patience or v - best < self._lr:
             return None
         tr, bt = self._train, self._best_train
-        if tr is None or bt is None or tr > bt - self._tf or (how := self._evidence(v, tr, bt)) is None:
+        if tr is None or bt is None or tr > bt - self._tf or self._metric_improves() or (
+                how := self._evidence(v, tr, bt)) is None:
             return None
         self._fired = v - best
         self._cooldown_until = step + self.cooldown
@@ -116,16 +135,40 @@ class ValGapRule(Detector):
         return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",
                           v - best, self._lr, msg)
 
-    def _step(self, loss: float, val: float, step: int, log_loss: float | None = None) -> Event | None:
+    def _metric_improves(self) -> bool:
+        """Whether the latest ``patience`` metrics since the best validation loss beat the best before it."""
+        at, got = self._mrec[1], self._mrec[2]
+        return at is not None and len(got) >= self.patience and sum(got) > at * len(got)
+
+    def _metric(self, metric: float) -> None:
+        if metric - metric != 0.0:
+            return
+        m = metric if self.mode == "max" else -metric
+        rec = self._mrec
+        if rec[0] is None or m > rec[0]:
+            rec[0] = m
+        rec[2].append(m)
+        if len(rec[2]) > self.patience:
+            del rec[2][0]
+
+    def _take(self, loss: float, val: float, metric: float, step: int, log_loss: float | None = None) -> Event | None:
+        """One step: the train loss into its EWMA, the metric into its record, a validation judged."""
         self._last_step = step
         if loss - loss == 0.0 and loss > 0.0:
             u = log(loss) if log_loss is None else log_loss
             self._train = u if self._train is None else self._a * u + self._b * self._train
+        if metric == metric:
+            self._metric(metric)
         return self._val(val, step) if val == val else None
+
+    #: the per-step entry: ``(loss, val_loss, val_metric, step, log_loss)``
+    _step: Callable[..., Event | None] = _take
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         """Steps without a validation only move the smoothed train level: one vectorised EWMA."""
         k = first_usable(arrays[1], i, j)
+        if len(arrays) > 2:  # a rule that reads the metric stops at it too
+            k = min(k, first_usable(arrays[2], i, j))
         if k:
             u = column_log(arrays[0], i, i + k)
             whole = first_unusable(arrays[0], i, i + k, positive=True) == k

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+from .._events import Event
 from .._validate import check_range
 from ._base import Knob
 from ._trend import window_trend
-from ._val_gap import WOBBLE_KEYS, WobbleRule, t_quantile
+from ._val_gap import WOBBLE_KEYS, ValGapRule, WobbleRule, t_quantile
 
 
 class BreakoutOverfitting(WobbleRule):
@@ -71,6 +72,8 @@ class BreakoutOverfitting(WobbleRule):
     knob = Knob("min_rise", 0.002, 1.0)
 
     _state_keys = WOBBLE_KEYS + ("since",)
+    #: a climb beyond the wobble is evidence on its own: the rule reads no validation metric
+    inputs = ValGapRule.inputs[:2]
 
     def __init__(self, patience: int = 3, min_rise: float = 0.02, min_train_fall: float = 0.01,
                  max_window: int = 8, wobble_window: int = 32, confidence: float = 0.975,
@@ -82,7 +85,10 @@ class BreakoutOverfitting(WobbleRule):
         self.max_window = max_window
         self.wobble_window = wobble_window
         self.confidence = confidence
-        self._setup(patience, min_rise, min_train_fall, cooldown)
+        self._setup(patience, min_rise, min_train_fall, cooldown, "max")
+
+    def _step(self, loss: float, val: float, step: int, log_loss: float | None = None) -> Event | None:
+        return self._take(loss, val, math.nan, step, log_loss)
 
     def _reset(self) -> None:
         super()._reset()

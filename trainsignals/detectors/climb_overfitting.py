@@ -34,6 +34,7 @@ class MemorisationClimbOverfitting(ValGapRule):
         rises: validations in a row that must each rise over the one before, >= 2.
         train_fall: relative fall of the smoothed train loss over that run of rises, in (0, 1).
         cooldown: steps without events after an event, >= 0.
+        mode: the direction in which ``val_metric`` improves, ``"max"`` or ``"min"``.
 
     Example:
         A climb inside an earlier wobble (0.70 -> 0.90) that rises at each of three validations
@@ -52,13 +53,13 @@ class MemorisationClimbOverfitting(ValGapRule):
     _state_keys = RULE_KEYS + ("prev", "run", "run_train")
 
     def __init__(self, patience: int = 3, min_rise: float = 0.02, min_train_fall: float = 0.01,
-                 rises: int = 3, train_fall: float = 0.5, cooldown: int = 0) -> None:
+                 rises: int = 3, train_fall: float = 0.5, cooldown: int = 0, mode: str = "max") -> None:
         check_range("rises", rises, 2, None, integer=True)
         check_range("train_fall", train_fall, 0, 1, lo_open=True, hi_open=True)
         self.rises = rises
         self.train_fall = train_fall
         self._ctf = -math.log1p(-train_fall)
-        self._setup(patience, min_rise, min_train_fall, cooldown)
+        self._setup(patience, min_rise, min_train_fall, cooldown, mode)
 
     def _reset(self) -> None:
         super()._reset()

@@ -39,6 +39,7 @@ class LevelStepOverfitting(WobbleRule):
         train_fall: relative fall of the smoothed train loss since the best, in (0, 1).
         confidence: one-sided confidence of the Welch test, in (0.5, 1).
         cooldown: steps without events after an event, >= 0.
+        mode: the direction in which ``val_metric`` improves, ``"max"`` or ``"min"``.
 
     Example:
         The validation loss, flat near 0.5 up to its best at step 400, jumps to about 0.8 (no
@@ -56,7 +57,7 @@ class LevelStepOverfitting(WobbleRule):
 
     def __init__(self, patience: int = 3, min_rise: float = 0.02, min_train_fall: float = 0.01,
                  wobble_window: int = 32, train_fall: float = 0.5, confidence: float = 0.975,
-                 cooldown: int = 0) -> None:
+                 cooldown: int = 0, mode: str = "max") -> None:
         check_range("wobble_window", wobble_window, 1, None, integer=True)
         check_range("train_fall", train_fall, 0, 1, lo_open=True, hi_open=True)
         check_range("confidence", confidence, 0.5, 1, lo_open=True, hi_open=True)
@@ -64,7 +65,7 @@ class LevelStepOverfitting(WobbleRule):
         self.train_fall = train_fall
         self.confidence = confidence
         self._ctf = -math.log1p(-train_fall)
-        self._setup(patience, min_rise, min_train_fall, cooldown)
+        self._setup(patience, min_rise, min_train_fall, cooldown, mode)
 
     def _evidence(self, v: float, tr: float, best_train: float) -> str | None:
         if tr > best_train - self._ctf or not self._stepped_up():
