@@ -94,8 +94,8 @@ PEAK_WINDOW = 100
 #: noise (the value after it was not anomalous), outside a jump's watch. Consecutive values are summed as before.
 #: The largest of 1,000 Gaussian values is about 3.2 (above 4.3 once in 100 runs), so with light-tailed noise
 #: the bar stays at ``threshold``; only a run whose own noise went past ``threshold / RECORD`` (4.67 for 7: a
-#: 1-in-650,000 Gaussian value), a heavy-tailed one, is held to half again its worst wobble. Not chosen on a suite: the factor by which a value
-#: must outdo everything the run has already shown and taken back
+#: 1-in-650,000 Gaussian value), a heavy-tailed one, is held to half again its worst wobble. Not chosen on a
+#: suite: the factor by which a value must outdo everything the run has already shown and taken back
 RECORD = 1.5
 
 _B, _VB = 1.0 - ALPHA, 1.0 - VAR_ALPHA  # the recurrences' forms, as ops.ewma/ewvar evaluate them
