@@ -449,7 +449,7 @@ def align(inputs: Sequence[Input], cols: Mapping[str, Column], steps: Any,
     arrays = []
     for r, inp in enumerate(inputs):
         c = cols.get(inp.name)
-        out = _absent(inp.name, m, cols)
+        out = _absent(inp.name, m, cols, fresh=c is not None)
         if c is not None:
             if c.steps is None:
                 rows, vals = at_dense, c.values
@@ -476,11 +476,23 @@ def _rank_in_runs(st: np.ndarray) -> np.ndarray:
     return idx - first
 
 
-def _absent(name: str, n: int, cols: Mapping[str, Column]) -> np.ndarray:
-    """An input that was not given: ``nan`` for every row (in the shape of its form)."""
+#: the latest all-``nan`` scalar column handed out, read-only: every detector of a batch run that reads an
+#: absent scalar input shares it (one allocation, not one per detector; a write raises)
+_NAN_COLUMN: list[np.ndarray] = [np.full(0, np.nan)]
+
+
+def _absent(name: str, n: int, cols: Mapping[str, Column], fresh: bool = False) -> np.ndarray:
+    """An input that was not given: ``nan`` for every row (in the shape of its form); with ``fresh``, writable."""
     form = SIGNALS[name].form
     if form == "scalar":
-        return np.full(n, np.nan)
+        if fresh:
+            return np.full(n, np.nan)
+        col = _NAN_COLUMN[0]
+        if len(col) != n:
+            col = np.full(n, np.nan)
+            col.flags.writeable = False
+            _NAN_COLUMN[0] = col
+        return col
     width = next((len(c.names) for c in cols.values() if c.name == name and c.names is not None), 0)
     return np.full((n, width) if form == "layers" else (n, 2, width), np.nan)
 
