@@ -152,12 +152,13 @@ def test_heavy_tailed_noise_raises_the_bar_and_light_tailed_noise_does_not():
     assert raised_heavy >= 15  # (a t(3) run may alarm on its wobbles before taking one back)
 
 
-def test_a_spike_of_two_values_does_not_raise_the_bar_on_itself():
-    """The first value of a two-value spike is below the bar alone; it is not learned as noise."""
+def test_the_first_value_of_a_two_value_spike_sets_no_record():
+    """A value at z about 5.8 followed by a jump is the jump's start, not noise the run took back: a later
+    lone spike at z about 8.2 still fires (had the first value set the record, the bar would be 8.6)."""
     rng = np.random.default_rng(5031)
-    loss = np.exp(np.log(2.0) + 0.02 * rng.standard_normal(400))
-    base = float(np.exp(np.log(2.0)))
-    loss[300] = base * np.exp(0.02 * 5.5)  # z about 5.5: not anomalous alone, beyond threshold / RECORD
-    loss[301] = base * 3.0  # the jump itself
-    evs = ts.EWMAZSpike().scan(loss=loss)
-    assert [e.step for e in evs] == [301]
+    y = 0.1 * rng.standard_normal(900)
+    y[300], y[301] = 0.64, 1.5  # z about 5.8 (not anomalous alone), then the jump
+    y[700] = 0.62
+    det = ts.EWMAZSpike()
+    assert [e.step for e in det.scan(loss=2.0 * np.exp(y))] == [301, 700]
+    assert det.state_dict()["state"]["record"] == 0.0

@@ -168,7 +168,6 @@ class EWMAJump:
         self._hi_k = self._k if self.direction != "down" else math.inf
         self._up = self.direction != "down"
         self._dn = self.direction != "up"
-        self._bar(0.0)
         self._min_jump = math.log(self.min_ratio) if self.log else float(self.min_ratio) - 1.0
         self.logs = (self.inputs[0].name,) if self.log else ()
 

@@ -141,8 +141,7 @@ class ValGapRule(Detector):
         return at is not None and len(got) >= self.patience and sum(got) > at * len(got)
 
     def _metric(self, metric: float) -> None:
-        if metric - metric != 0.0:
-            return
+        """Take one finite validation metric into the record."""
         m = metric if self.mode == "max" else -metric
         rec = self._mrec
         if rec[0] is None or m > rec[0]:
@@ -157,7 +156,7 @@ class ValGapRule(Detector):
         if loss - loss == 0.0 and loss > 0.0:
             u = log(loss) if log_loss is None else log_loss
             self._train = u if self._train is None else self._a * u + self._b * self._train
-        if metric == metric:
+        if metric - metric == 0.0:  # a finite metric (nan: none at this step)
             self._metric(metric)
         return self._val(val, step) if val == val else None
 
