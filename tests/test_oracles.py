@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from trainsignals.detectors._layer_levels import middle
 from trainsignals.detectors._ops import ewma, ewvar
-from trainsignals.detectors._trend import window_trend
+from trainsignals.detectors._trend import PREFILTER_SLACK, batch_trend, window_trend
 
 statsmodels_api = pytest.importorskip("statsmodels.api")
 
@@ -26,6 +26,21 @@ def test_window_trend_matches_statsmodels_ols(seed, w, scale):
     assert math.isclose(slope, fit.params[1], rel_tol=1e-9, abs_tol=1e-12 * scale)
     if fit.bse[1] > 1e-6 * scale:
         assert math.isclose(t, fit.tvalues[1], rel_tol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), w=st.integers(5, 60), rows=st.integers(1, 40),
+       level=st.floats(-30, 30), noise=st.sampled_from([0.0, 1e-12, 1e-6, 1e-2, 1.0]))
+def test_batch_trend_is_window_trend_far_inside_the_prefilter_slack(seed, w, rows, level, noise):
+    # the batch paths skip a window only when batch_trend puts it PREFILTER_SLACK below a bar: the
+    # two must agree far closer than that, even for exact lines (the variance floor) and big levels
+    rng = np.random.default_rng(seed)
+    wins = level + rng.normal(0, 0.05, (rows, 1)) * np.arange(w) + noise * rng.standard_t(3, (rows, w))
+    slope, t = batch_trend(wins)
+    for r in range(rows):
+        s1, t1 = window_trend(wins[r].tolist())
+        assert math.isclose(slope[r], s1, rel_tol=1e-6, abs_tol=1e-12)
+        assert math.isclose(t[r], t1, rel_tol=PREFILTER_SLACK / 100, abs_tol=1e-6)
 
 
 @settings(max_examples=60, deadline=None)

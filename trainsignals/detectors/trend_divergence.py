@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ops import NEVER, column_log, first_true, log, shifted
-from ._trend import noise_levels, noise_step, window_trend
+from ._trend import PREFILTER_SLACK, batch_trend, noise_levels, noise_step, window_trend
 
 #: at the start of a run the trend is fitted once the window is this full (a half: SlopeDivergence's
 #: rule, so a run that diverges from its first steps is seen within half a window)
@@ -144,9 +144,14 @@ class TrendDivergence(Detector):
         span = ext[w:] - ext[1:1 + lim]  # the new values sit at ext[w:]
         cand = (st > self._cooldown_until) & (span >= self._rise) & (span >= shifted(noise, self._noise))
         k = lim
-        for c in np.flatnonzero(cand):
+        cs = np.flatnonzero(cand)
+        if len(cs):  # the windows the vectorised fit puts near the bars go to the scalar test, in order
+            slope, t = batch_trend(np.lib.stride_tricks.sliding_window_view(ext, w)[cs + 1])
+            keep = 1.0 - PREFILTER_SLACK
+            cs = cs[(t >= keep * self.threshold) & (slope * (w - 1) >= keep * self._rise)]
+        for c in cs.tolist():
             if self._trend_ok(ext[c + 1:c + w + 1].tolist())[0]:
-                k = int(c)
+                k = c
                 break
         if k:
             self._buf = deque(ext[k:k + w].tolist(), maxlen=w)
