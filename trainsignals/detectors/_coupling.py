@@ -133,8 +133,14 @@ class CouplingLevels(Detector):
                 return sv
         return self._ss[-1]
 
-    def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray) -> np.ndarray:
-        """Batch twin of the rule: where it fires, for levels ``uu``, ``gg`` after ``uext``, ``gext``."""
+    def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray,
+              first: np.ndarray, back: np.ndarray) -> np.ndarray:
+        """Batch twin of the rule: where it fires, for levels ``uu``, ``gg`` after ``uext``, ``gext``.
+
+        ``uext``/``gext`` are the held levels followed by the new ones; ``first`` and ``back`` index
+        them at each new value: the oldest level held then (``_us[0]``) and the one ``span`` values
+        back (``_us[-span - 1]``).
+        """
         raise NotImplementedError
 
     def _rule(self, step: int) -> Event | None:
@@ -142,7 +148,7 @@ class CouplingLevels(Detector):
         raise NotImplementedError
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if len(self._gs) <= self.lag:
+        if not self._n:  # the first value is the level itself: the scalar path
             return 0
         u, g = column_log(arrays[0], i, j), column_log(arrays[1], i, j)
         lim = min(first_unusable(arrays[0], i, j, positive=True), first_unusable(arrays[1], i, j, positive=True))
@@ -151,18 +157,20 @@ class CouplingLevels(Detector):
         uu = shared_ewma(arrays[0], i, "log", u[:lim], self._a, self._b, self._u)
         gg = shared_ewma(arrays[1], i, "log", g[:lim], self._a, self._b, self._g)
         gext = np.concatenate((np.asarray(self._gs), gg))
-        dg = gg - gext[1:lim + 1]  # the ring holds lag+1 levels: index c+1 is lag values back
-        o = self.lag + 1 - self._span  # and index c+o is span values back
-        calm = (np.abs(dg) < self._gap) & (gg - gext[o:o + lim] > -self._gap)
+        m = self.lag + 1
+        pos = np.arange(len(self._gs), len(self._gs) + lim)  # each new level's index in gext
+        first = np.maximum(pos + 1 - m, 0)  # the ring (m levels) after taking it starts here
+        back = np.maximum(pos - self._span, 0)  # span values back (where the ring holds that many)
+        young = pos < self._span  # the ring holds span levels or fewer: no re-arm, no rule
+        calm = (np.abs(gg - gext[first]) < self._gap) & (gg - gext[back] > -self._gap) & ~young
         if not self._armed:  # disarmed: the next thing to happen is the re-arm
             k = first_true(calm)
         else:  # armed: only a step where the grad level moved can fire
-            live = ~calm & (steps[i:i + lim] > self._cooldown_until)
-            k = first_true(live & self._hits(uu, gg, np.concatenate((np.asarray(self._us), uu)), gext)) \
+            live = ~calm & ~young & (steps[i:i + lim] > self._cooldown_until)
+            k = first_true(live & self._hits(uu, gg, np.concatenate((np.asarray(self._us), uu)), gext, first, back)) \
                 if live.any() else lim
         if k:
             self._u, self._g = float(uu[k - 1]), float(gg[k - 1])
-            m = self.lag + 1
             self._us.extend(uu[max(0, k - m):k].tolist())
             self._gs.extend(gg[max(0, k - m):k].tolist())
             self._ss.extend(steps[i + max(0, k - m):i + k].tolist())

@@ -78,10 +78,10 @@ class GradLossDecoupling(CouplingLevels):
             return self._event(step, dg, du, True)
         return None  # the grad norm fell with the loss (e.g. a classifier fitting its data)
 
-    def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray) -> np.ndarray:
-        n = len(gg)
-        dg = gg - gext[1:n + 1]
-        du = uu - uext[1:n + 1]
+    def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray,
+              first: np.ndarray, back: np.ndarray) -> np.ndarray:
+        dg = gg - gext[first]
+        du = uu - uext[first]
         falling = du <= self._ltol
         coupled = -dg - np.maximum(0.0, -du) < self._gap
         return (np.abs(dg) >= self._gap) & np.where(dg > 0, falling, ~falling | ~coupled)

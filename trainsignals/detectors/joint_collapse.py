@@ -126,11 +126,10 @@ class JointCollapse(CouplingLevels):
             return self._event(step, ds, dus)
         return None
 
-    def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray) -> np.ndarray:
-        n = len(gg)
-        o = self.lag + 1 - self._span
+    def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray,
+              first: np.ndarray, back: np.ndarray) -> np.ndarray:
         gap = self._gap
-        return (gg - gext[o:o + n] <= -gap) & (uu - uext[o:o + n] <= -gap) & (uu - uext[1:n + 1] <= -gap)
+        return (gg - gext[back] <= -gap) & (uu - uext[back] <= -gap) & (uu - uext[first] <= -gap)
 
     def _event(self, step: int, ds: float, dus: float) -> Event:
         self._fired(step)
