@@ -346,3 +346,22 @@ def test_a_snapshot_of_another_metric_direction_is_refused():
     snap = ts.Monitor(val_metric_mode="min").state_dict()
     with pytest.raises(ValueError, match="val_metric_mode"):
         ts.Monitor().load_state_dict(snap)
+
+
+def test_val_metric_rule_reads_a_metric_on_few_levels_by_its_mean_wobble():
+    # an accuracy over 45 validation samples: it moves in steps of 1/45 and most second differences
+    # are exactly 0, so their median is 0; a run that learned before its first validation and then
+    # wobbles by one sample must stay quiet, while the same metric falling to one class still fires
+    rng = np.random.default_rng(11)
+    steps = np.arange(25, 2001, 25)
+    base = (44 + (rng.random(len(steps)) < 0.9)) / 45  # 45 right of 45, now and then 44
+    base[0] = 44 / 45  # the first validation: already learned
+    loss = np.exp(-steps / 400.0)
+    det = ts.ValMetricChance()
+    quiet = [e for s, a, lv in zip(steps, base, loss) for e in det.update(step=int(s), val_metric=float(a), loss=float(lv))]
+    assert quiet == []
+    collapsed = base.copy()
+    collapsed[40:] = 15 / 45  # one class of three
+    det = ts.ValMetricChance(chance=1 / 3)
+    evs = [e for s, a, lv in zip(steps, collapsed, loss) for e in det.update(step=int(s), val_metric=float(a), loss=float(lv))]
+    assert evs and evs[0].step == int(steps[40])  # at the first validation of the fall

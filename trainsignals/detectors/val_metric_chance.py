@@ -23,6 +23,10 @@ _D2_TO_D1 = 3.0 ** 0.5
 #: The gain over chance must be this many times the noise scale before a loss of it counts: a
 #: run that never left chance further than its own validation noise has nothing to lose.
 _MIN_GAIN_NOISE = 4.0
+#: A metric on a few discrete levels (an accuracy over N samples moves in steps of 1/N) makes most
+#: second differences exactly 0, so their median says nothing: a gain of one step would count. Such
+#: a metric shows itself by taking the same value twice; its noise is then at least its resolution,
+#: the smallest gap between two values it took (both among the latest 32 validations).
 #: Where ``onset_step`` is placed: the last validation within this fraction of the alarm's
 #: fall below the best.
 _ONSET_FRAC = 0.25
@@ -42,7 +46,9 @@ class ValMetricChance(Detector):
     * the metric gave back at least ``back`` of its gain over chance (``now <= chance + (1 -
       back) * (best - chance)``, in the metric's direction), the gain being at least four
       times the metric's noise (from the median absolute second difference of the latest 32
-      validations, which a steady climb does not inflate), and
+      validations, which a steady climb does not inflate; for a metric that took the same value
+      twice there, at least the smallest gap between two of its values: its resolution, 1/N for an
+      accuracy over N samples), and
     * the training loss, the latest given (at the validation's step or before it: a log may
       write the two at different steps), is at most ``loss_tolerance`` times its value when
       that best was held: the run did not blow up (that is a divergence), it kept fitting its
@@ -155,6 +161,9 @@ class ValMetricChance(Detector):
             return None
         gain = self._best - self._first
         noise = sorted(self._diffs)[len(self._diffs) // 2] / _D2_TO_D1 if self._diffs else 0.0
+        levels = sorted({v for _, v in self._hist})
+        if 1 < len(levels) < len(self._hist):  # a value taken twice: a metric on discrete levels
+            noise = max(noise, min(b - a for a, b in zip(levels, levels[1:])))
         if gain <= _MIN_GAIN_NOISE * noise or m > self._first + (1.0 - self.back) * gain:
             return None
         if loss - loss == 0.0 and self._best_loss is not None and loss > self.loss_tolerance * self._best_loss:
