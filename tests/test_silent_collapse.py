@@ -348,7 +348,7 @@ def test_a_snapshot_of_another_metric_direction_is_refused():
         ts.Monitor().load_state_dict(snap)
 
 
-def test_val_metric_rule_reads_a_metric_on_few_levels_by_its_mean_wobble():
+def test_val_metric_rule_reads_a_metric_on_few_levels_by_its_resolution():
     # an accuracy over 45 validation samples: it moves in steps of 1/45 and most second differences
     # are exactly 0, so their median is 0; a run that learned before its first validation and then
     # wobbles by one sample must stay quiet, while the same metric falling to one class still fires

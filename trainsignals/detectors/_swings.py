@@ -18,6 +18,7 @@ from operator import mul
 import numpy as np
 
 from ._ops import column_id, ewma, first_usable, key_float, shared_run, shifted
+from ._trend import batch_line
 
 #: weight of the local swing EWMA (about 10 values of memory): the former ``Oscillation`` default
 VAR_ALPHA = 0.1
@@ -131,11 +132,7 @@ def chi2_crit(p: float, dof: int) -> float:
 
 def batch_residuals(wins: np.ndarray) -> np.ndarray:
     """Row-wise :func:`residuals` (rows of finite values)."""
-    w = wins.shape[1]
-    kc = np.arange(w) - (w - 1) / 2.0
-    dev = wins - wins.mean(axis=1, keepdims=True)
-    slope = dev @ kc / float(kc @ kc)
-    return dev - slope[:, None] * kc[None, :]
+    return batch_line(wins)[1]
 
 
 def batch_scale(wins: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ._ops import column_id, column_log, ewma, shared, shared_ewma
 
-__all__ = ["NOISE_PER_SD", "PREFILTER_SLACK", "batch_trend", "noise_levels", "noise_step", "window_trend"]
+__all__ = ["NOISE_PER_SD", "PREFILTER_SLACK", "batch_line", "batch_trend", "noise_levels", "noise_step", "window_trend"]
 
 #: E|y[t] - 2y[t-1] + y[t-2]| of white noise, in units of its standard deviation:
 #: sqrt(6) * sqrt(2/pi) (the second difference of white noise has variance 6, its mean
@@ -59,6 +59,15 @@ def window_trend(win: Sequence[float]) -> tuple[float, float]:
     return slope, slope / se
 
 
+def batch_line(wins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise least-squares line of the rows of ``wins`` against their index: slopes and residuals."""
+    w = wins.shape[1]
+    kc = np.arange(w) - (w - 1) / 2.0
+    dev = wins - wins.mean(axis=1, keepdims=True)
+    slope = dev @ kc / float(kc @ kc)
+    return slope, dev - slope[:, None] * kc[None, :]
+
+
 def batch_trend(wins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise :func:`window_trend` of the rows of ``wins`` (the same formula, NumPy's summation).
 
@@ -66,11 +75,8 @@ def batch_trend(wins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     decisions are taken by :func:`window_trend` on every row near a bar (:data:`PREFILTER_SLACK`).
     """
     w = wins.shape[1]
-    kc = np.arange(w) - (w - 1) / 2.0
+    slope, res = batch_line(wins)
     skk = w * (w * w - 1) / 12.0
-    dev = wins - wins.mean(axis=1, keepdims=True)
-    slope = dev @ kc / skk
-    res = dev - slope[:, None] * kc[None, :]
     se = np.sqrt(np.einsum("ij,ij->i", res, res) / (w - 2) / skk + _VAR_FLOOR)
     return slope, slope / se
 

@@ -23,10 +23,6 @@ _D2_TO_D1 = 3.0 ** 0.5
 #: The gain over chance must be this many times the noise scale before a loss of it counts: a
 #: run that never left chance further than its own validation noise has nothing to lose.
 _MIN_GAIN_NOISE = 4.0
-#: A metric on a few discrete levels (an accuracy over N samples moves in steps of 1/N) makes most
-#: second differences exactly 0, so their median says nothing: a gain of one step would count. Such
-#: a metric shows itself by taking the same value twice; its noise is then at least its resolution,
-#: the smallest gap between two values it took (both among the latest 32 validations).
 #: Where ``onset_step`` is placed: the last validation within this fraction of the alarm's
 #: fall below the best.
 _ONSET_FRAC = 0.25
@@ -161,8 +157,12 @@ class ValMetricChance(Detector):
             return None
         gain = self._best - self._first
         noise = sorted(self._diffs)[len(self._diffs) // 2] / _D2_TO_D1 if self._diffs else 0.0
+        # a metric on a few discrete levels (an accuracy over N samples moves in steps of 1/N) makes most
+        # second differences exactly 0 and their median says nothing; it shows itself by taking the
+        # same value twice, and its noise is then at least its resolution: the smallest gap between
+        # two values it took (both among the latest validations)
         levels = sorted({v for _, v in self._hist})
-        if 1 < len(levels) < len(self._hist):  # a value taken twice: a metric on discrete levels
+        if 1 < len(levels) < len(self._hist):
             noise = max(noise, min(b - a for a, b in zip(levels, levels[1:])))
         if gain <= _MIN_GAIN_NOISE * noise or m > self._first + (1.0 - self.back) * gain:
             return None
