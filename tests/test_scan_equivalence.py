@@ -126,3 +126,45 @@ def test_trend_divergence_scan_equals_streaming_on_a_noisy_loss_with_many_candid
         assert len(streamed) >= 5
         assert close_events(streamed, batched)
         assert close_state(ref.state_dict(), det.state_dict())
+
+
+def test_a_shared_average_joins_an_earlier_stretch_and_gives_the_plain_average_bit_for_bit():
+    # shared_ewma from another state at an earlier position computes a span, then takes the rest
+    # from the stored stretch once the two averages meet: the numbers are those of ewma itself
+    from trainsignals.detectors import _ops
+
+    rng = np.random.default_rng(3)
+    col = np.exp(rng.normal(0, 0.3, 20_000))
+    y = np.log(col)
+    computed = []
+    plain = _ops.ewma
+
+    def counting(x, a, b, m0):
+        computed.append(len(x))
+        return plain(x, a, b, m0)
+
+    with _ops.sharing():
+        _ops.ewma = counting
+        try:
+            first = _ops.shared_ewma(col, 500, "log", y[500:], 0.1, 0.9, 0.0)
+            later = _ops.shared_ewma(col, 10, "log", y[10:], 0.1, 0.9, 5.0)  # far from the first's state
+            slow = _ops.shared_ewma(col, 10, "log", y[10:], 0.001, 0.999, 5.0)  # never meets: computed whole
+        finally:
+            _ops.ewma = plain
+    assert np.array_equal(first, plain(y[500:], 0.1, 0.9, 0.0))
+    assert np.array_equal(later, plain(y[10:], 0.1, 0.9, 5.0))
+    assert np.array_equal(slow, plain(y[10:], 0.001, 0.999, 5.0))
+    assert computed[1] < 3000 < computed[0]  # the second average computed one span, the rest was shared
+    assert sum(computed[2:]) == len(y) - 10
+
+
+def test_monitor_scan_equals_streaming_over_many_blocks_with_events():
+    # the detectors of one Monitor.scan share averages across their block boundaries; a long run
+    # with regimes and spikes must still give the streamed events and state exactly
+    loss, grad = regime_stream(11, 12_000, 6, 0.0, 2)
+    ref = ts.Monitor()
+    streamed = [e for a, b in zip(loss.tolist(), grad.tolist()) for e in ref.update(loss=a, grad_norm=b)]
+    mon = ts.Monitor()
+    batched = mon.scan(loss=loss, grad_norm=grad)
+    assert streamed and close_events(streamed, batched)
+    assert close_state(ref.state_dict(), mon.state_dict())

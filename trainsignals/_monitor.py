@@ -29,6 +29,9 @@ from .suite import default_suite
 __all__ = ["Monitor", "STATUSES", "scan"]
 
 _NAN = float("nan")
+#: steps of dense scalar signals one :meth:`Monitor.scan` pass takes at a time: the arrays its detectors
+#: share (about 300 bytes a step for loss and grad norm) stay under 650 MB however long the run
+SCAN_CHUNK = 1 << 21
 _VECTOR_NAMES = frozenset(name for name, sig in SIGNALS.items() if sig.form != "scalar")
 #: the signals ``update`` takes, in the order of a step's row (the per-layer ones last)
 _ORDER = ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "val_metric", "pred_top_share", "layer_grad_norms",
@@ -577,6 +580,16 @@ class Monitor:
         for st in every:  # steps made here count up by construction
             if len(st) and (st[0] < self._step or not ((st is steps and step is None) or nondecreasing(st))):
                 raise ValueError("step must not decrease")
+        if n > SCAN_CHUNK and all(c.steps is None and c.values.ndim == 1 for c in cols.values()):
+            # a long run of dense scalar signals, checked whole above: scanned a chunk at a time
+            # (the same events as one scan, as any chunking gives; the working memory stays bounded)
+            out: list[Event] = []
+            for lo in range(0, n, SCAN_CHUNK):
+                part = {name: c.values[lo:lo + SCAN_CHUNK] if c.mask is None else
+                        np.ma.masked_array(c.values[lo:lo + SCAN_CHUNK], mask=~c.mask[lo:lo + SCAN_CHUNK])
+                        for name, c in cols.items()}
+                out += self.scan(step=steps[lo:lo + SCAN_CHUNK], **part)
+            return out
         for c in cols.values():
             if c.names is not None:
                 self._layer_names.setdefault(c.name, c.names)

@@ -51,6 +51,7 @@ from ._ops import (
     key_float,
     same_float,
     shared,
+    shared_ewma,
     shared_run,
     shifted,
 )
@@ -338,7 +339,10 @@ class EWMAJump:
         # the values learned are those before each one: the column itself when the pending value is the one before i
         prev = col[i - 1:i - 1 + lim] if i and not self.log else column_log(col, i - 1, i - 1 + lim) if i else None
         u = prev if prev is not None and same_float(float(prev[0]), p0) else None
-        m, v, z = shared_run(key, lim, lambda: trajectory(y, p0, m0, v0, self.log, u))
+        # the level is the average of the column's log from i - 1 on: shared with the other rules that keep it
+        lev = None if u is None or not self.log or key is None else \
+            (lambda: shared_ewma(col, i - 1, "log", u, ALPHA, _B, m0))
+        m, v, z = shared_run(key, lim, lambda: trajectory(y, p0, m0, v0, self.log, u, None if lev is None else lev()))
         k, acc_up, acc_dn = shared(None if key is None else (*key, lim, self._k, self._h, self._hb, self._up, self._dn),
                                    lambda: self._cusum(z, lim))
         if self._peak_n and k:
@@ -414,15 +418,16 @@ class EWMAJump:
         return lim, acc if end >= lim else 0.0
 
 
-def trajectory(y: np.ndarray, p0: float, m0: float, v0: float, log: bool,
-               u: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def trajectory(y: np.ndarray, p0: float, m0: float, v0: float, log: bool, u: np.ndarray | None = None,
+               m: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The quiet path over the finite values ``y`` from pending value ``p0``, level ``m0`` and variance
     ``v0``: the level and the variance after each value, and each value's z-score (``u``, when given:
-    ``p0`` followed by ``y[:-1]``, the values learned).
+    ``p0`` followed by ``y[:-1]``, the values learned; ``m``, when given: the level, ``ewma(u, ALPHA, _B, m0)``).
     """
     if u is None:
         u = np.concatenate(([p0], y[:-1]))  # the value learned at each step is the one before it
-    m = ewma(u, ALPHA, _B, m0)
+    if m is None:
+        m = ewma(u, ALPHA, _B, m0)
     mp = shifted(m, m0)
     du = u - mp
     v = ewvar(np.multiply(du, du, out=du), VAR_ALPHA, _VB, v0)
