@@ -10,6 +10,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range
 from ._base import Detector, Input, Knob
 from ._interval import MIN_HOLD
+from ._ops import first_unusable, first_usable
 
 #: loss values without an update that fire at least: TorchWatcher's ``FROZEN_AFTER`` (twice its
 #: ``max_skipped`` default, since a loop's own conditions can skip a few steps), the same rule on a trace
@@ -133,6 +134,17 @@ class UpdateGapStall(Detector):
         (the threshold is never lower); from there the scalar path decides. Rows whose loss is
         not finite are not counted, as in :meth:`_step`.
         """
+        n = j - i
+        if first_unusable(arrays[0], i, j) == n:  # every loss counted: the two common columns need no pass
+            if first_unusable(arrays[1], i, j, positive=True) == n:  # an update at every row
+                if self._seen and not self._fired:
+                    self._longest = max(self._longest, self._unseen)
+                self._seen, self._unseen, self._onset, self._fired = self._seen + n, 0, -1, False
+                self._last_step = int(steps[j - 1])
+                return n
+            if not self._seen and first_usable(arrays[1], i, j, positive=True) == n:  # none yet, none here
+                self._last_step = int(steps[j - 1])
+                return n
         loss, u = arrays[0][i:j], arrays[1][i:j]
         ok = np.flatnonzero(np.isfinite(loss))
         uo = u[ok]
