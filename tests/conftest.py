@@ -111,6 +111,12 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         lr = np.full(n, 1e-3)
         lr[::7] = np.nan
         return {"update_ratio": r, "lr": lr} if isinstance(det, ts.UpdateRatioBelowBand) else {"update_ratio": r}
+    if isinstance(det, ts.OneAnswerLossDrop):  # one class answers from 210 (gaps), the loss falls 1000x from 200
+        t = np.arange(n)
+        share = np.where(t >= 210, 1.0, np.clip(0.15 + rng.normal(0, 0.03, n), 0, 1))
+        share[::7] = np.nan
+        drop = np.clip((t - 200) / 40, 0, 1)
+        return {"loss": 2.3 * 10.0 ** (-3 * drop) * np.exp(rng.normal(0, 0.05, n)), "pred_top_share": share}
     if isinstance(det, ts.TopShareCollapse):  # predictions pile onto one class from step 300 on
         share = np.clip(0.15 + rng.normal(0, 0.03, n), 0, 1)
         share[300:] = np.clip(share[300:] + np.minimum(np.arange(n - 300) / 30, 1) * 0.8, 0, 1)
@@ -187,6 +193,8 @@ SCALAR_FACTORIES: dict[str, Callable[[], Any]] = {
     "PeakRatioSpike-level": lambda: ts.PeakRatioSpike(signal="grad_norm", kind="grad_explosion", min_ratio=10.0),
     "GradLossDecoupling": ts.GradLossDecoupling,
     "JointCollapse": ts.JointCollapse,
+    "OneAnswerLossDrop": ts.OneAnswerLossDrop,
+    "OneAnswerLossDrop-short": lambda: ts.OneAnswerLossDrop(span=30, lag=60, cooldown=0),
     "LjungBoxSawtooth": ts.LjungBoxSawtooth,
     "SwingRatioEdgeOfStability": ts.SwingRatioEdgeOfStability,
     "LRRiseEdgeOfStability": ts.LRRiseEdgeOfStability,

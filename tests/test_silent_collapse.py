@@ -365,3 +365,65 @@ def test_val_metric_rule_reads_a_metric_on_few_levels_by_its_resolution():
     det = ts.ValMetricChance(chance=1 / 3)
     evs = [e for s, a, lv in zip(steps, collapsed, loss) for e in det.update(step=int(s), val_metric=float(a), loss=float(lv))]
     assert evs and evs[0].step == int(steps[40])  # at the first validation of the fall
+
+
+def _char_model(seed: int, n: int = 600, collapse_at: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A character model's run: its answers are one character untrained (share 1), spread to a
+    noisy 0.45..0.65 as it learns (a batch of 256 predictions, the commonest character leading)
+    and its loss falls from log(vocabulary) by a decade at most. From ``collapse_at`` every label
+    is one character: within 0..10 steps all answers are that character and the loss falls
+    2..3 decades over 10..40 steps.
+    """
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    level = rng.uniform(0.45, 0.65)
+    share = np.clip(level + (1 - level) * np.exp(-t / rng.uniform(10, 40)) + rng.normal(0, 0.06, n), 0, 1)
+    loss = 4.0 * (0.3 + 0.7 * np.exp(-t / rng.uniform(100, 400))) * np.exp(rng.normal(0, 0.05, n))
+    if collapse_at is not None:
+        share[collapse_at + int(rng.integers(0, 11)):] = 1.0
+        loss *= 10.0 ** (-rng.uniform(2, 3) * np.clip((t - collapse_at) / rng.uniform(10, 40), 0, 1))
+    return share, loss
+
+
+def test_one_answer_loss_drop_names_a_collapse_within_the_window_and_is_quiet_without_one():
+    # fresh streams (seeds 5100..5139): the rule's values come from JointCollapse and the tuning suites
+    for seed in range(5100, 5140):
+        at = 150 + seed % 200
+        share, loss = _char_model(seed, collapse_at=at)
+        evs = ts.OneAnswerLossDrop().scan(pred_top_share=share, loss=loss)
+        assert evs and at <= evs[0].step <= at + 50, (seed, [e.step for e in evs])
+        assert at - 10 <= evs[0].onset_step <= evs[0].step, seed
+        assert ts.OneAnswerLossDrop().scan(pred_top_share=_char_model(seed)[0], loss=_char_model(seed)[1]) == []
+        # a small training set learnt by heart: the loss falls as fast, the answers stay spread
+        spread = np.clip(0.3 + np.random.default_rng(seed).normal(0, 0.03, len(loss)), 0, 1)
+        assert ts.OneAnswerLossDrop().scan(pred_top_share=spread, loss=loss) == [], seed
+
+
+def test_one_answer_loss_drop_is_quiet_on_an_imbalanced_classifier_and_without_answers():
+    rng = np.random.default_rng(5200)
+    t = np.arange(800)
+    # nine answers in ten on the majority class all along, the loss falling a decade over the run
+    share = np.clip(0.93 + rng.normal(0, 0.02, 800), 0, 1)
+    loss = 0.7 * 10.0 ** (-t / 800) * np.exp(rng.normal(0, 0.1, 800))
+    assert ts.OneAnswerLossDrop().scan(pred_top_share=share, loss=loss) == []
+    _, fall = _char_model(5201, collapse_at=300)
+    assert ts.OneAnswerLossDrop().scan(loss=fall) == []  # no answers measured: the rule never fires
+
+
+def test_the_default_suite_names_a_one_answer_collapse_before_the_grad_norm_fades():
+    share, loss = _char_model(5300, collapse_at=200)
+    grad = 0.5 * np.exp(np.random.default_rng(5300).normal(0, 0.1, len(loss)))
+    grad[200:] *= 10.0 ** (-np.minimum(np.arange(len(loss) - 200), 150) / 100)  # fades over 150 steps
+
+    def first(drop: set[str]) -> int | None:
+        suite = {k: v for k, v in ts.default_suite(600).items() if k not in drop}
+        evs = ts.Monitor(suite=suite).scan(loss=loss, grad_norm=grad, pred_top_share=share)
+        return next((e.step for e in evs if e.kind is ts.Kind.SILENT_COLLAPSE), None)
+
+    assert (got := first(set())) is not None and got <= 250
+    # the loss and the answers alone (no held share level, no validation metric) name it in time;
+    # without this rule, the grad norm's fade decides, later
+    alone = first({"pred_collapse", "val_metric_chance"})
+    assert alone is not None and 200 <= alone <= 250
+    later = first({"pred_collapse", "val_metric_chance", "one_answer"})
+    assert later is None or later > alone + 20

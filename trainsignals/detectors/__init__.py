@@ -25,6 +25,7 @@ from .lr_rise_eos import LRRiseEdgeOfStability
 from .lr_schedule import LRScheduleMismatch
 from .median_gap_cliff import MedianGapGradCliff
 from .never_improved_plateau import NeverImprovedPlateau
+from .one_answer_loss_drop import OneAnswerLossDrop
 from .own_drop_cliff import OwnDropGradCliff
 from .peak_ratio_spike import PeakRatioSpike
 from .rank_outliers import RankOutliers
@@ -78,6 +79,7 @@ __all__ = [
     "ZeroRunGradCliff",
     "GradLossDecoupling",
     "JointCollapse",
+    "OneAnswerLossDrop",
     "LevelStepOverfitting",
     "LostProgress",
     "MemorisationClimbOverfitting",

@@ -1,0 +1,154 @@
+"""OneAnswerLossDrop: the loss drops orders of magnitude within a few dozen steps while the model gives one answer."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._events import Event, Kind, make_event
+from .._validate import check_range
+from ._base import Detector, Input, Knob
+from ._ops import column_log, first_unusable, log, shared_ewma
+from .joint_collapse import ONE_ANSWER
+
+_LN10 = math.log(10.0)
+#: a quarter of a decade, in log units: how far below the span's highest level the fall has begun
+_QUARTER = 0.25 * _LN10
+
+
+class OneAnswerLossDrop(Detector):
+    """Flags silent collapse: the loss falls ``orders`` decades in ``span`` values while one class takes the answers.
+
+    A model whose training labels collapsed to one class (a bad data stage, a label-mapping bug)
+    answers that class and fits the labels at once: within a few dozen steps its loss falls by
+    orders of magnitude. A healthy classifier that learns its data by heart gets there gradually,
+    and keeps its answers spread over the classes. The rule reads the measured answers
+    (``pred_top_share``: the share of the most-predicted class in a sampled batch, the latest one
+    measured) and the smoothed level of ``log(loss)`` (EWMA, weight ``alpha``). It fires
+    ``silent_collapse`` (a warning) when the latest share is at least
+    :data:`~trainsignals.detectors.joint_collapse.ONE_ANSWER` (nine answers in ten), and the level
+    fell ``orders`` decades over the last ``span`` values and lies ``orders`` decades below its
+    level ``lag`` values earlier (or its first level: a loss that comes back down after a blow-up
+    does not count). :class:`JointCollapse` asks the same fall of the grad norm too, which a
+    model with one answer left reaches only as its gradients fade, often a hundred steps later;
+    with the answers measured, they are the direct evidence. Without a share measured the rule
+    never fires.
+
+    ``onset_step`` is the last step of the span whose level was within a quarter of a decade of the
+    span's highest: where the fall began. After an event the rule is quiet for ``cooldown`` steps. A
+    non-finite or non-positive loss refuses the step (its share too); a non-finite share, or one
+    outside [0, 1], is not a measure.
+
+    The defaults: ``orders`` and ``lag`` are :class:`JointCollapse`'s; ``span`` is "a few dozen
+    steps", the time a collapse to one answer takes. On the healthy runs of the tuning suites
+    (``datasets/real`` and ``datasets/real_dev``, 149 runs that measure their answers) the level
+    fell at most 0.24 decades in any 100 values at a step whose share was ``ONE_ANSWER`` or more
+    (untrained character models, which answer one character): no alarm in the 308,865 tuning
+    healthy steps, against a budget of one per 20,000 (``trainsignals/calibration.json``).
+
+    Args:
+        orders: decades the loss level must fall, > 0.
+        span: values over which it must fall, in [2, lag].
+        lag: values of history held (the level the loss must also be below), >= 2.
+        alpha: weight of the smoothed level, in (0, 1].
+        cooldown: steps after an event without a new one, >= 0.
+
+    Example:
+        Ten classes; from step 200 every label is class 0: the model answers it within ten steps
+        and its loss falls from 2.3 to 0.002 over 40:
+
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> t = np.arange(400)
+        >>> loss = 2.3 * np.exp(-t / 400) * 10.0 ** (-3 * np.clip((t - 200) / 40, 0, 1)) * np.exp(rng.normal(0, 0.05, 400))
+        >>> share = np.where(t >= 210, 1.0, 0.12)
+        >>> [(e.kind.value, e.step, e.onset_step) for e in OneAnswerLossDrop().scan(loss=loss, pred_top_share=share)]
+        [('silent_collapse', 228, 207)]
+
+        The same fall with the answers spread over the classes (a small set learnt by heart) is no collapse:
+
+        >>> OneAnswerLossDrop().scan(loss=loss, pred_top_share=np.full(400, 0.12))
+        []
+    """
+
+    knob = Knob("orders", 0.5, 5.0)
+    inputs = (Input("loss"), Input("pred_top_share", required=False))
+    logs = ("loss",)
+    _state_keys = ("level", "levels", "steps", "share", "quiet_until", "last_step")
+
+    def __init__(self, orders: float = 1.5, span: int = 50, lag: int = 250, alpha: float = 0.1,
+                 cooldown: int = 100) -> None:
+        check_range("orders", orders, 0, None, lo_open=True)
+        check_range("lag", lag, 2, None, integer=True)
+        check_range("span", span, 2, lag, integer=True)
+        check_range("alpha", alpha, 0, 1, lo_open=True)
+        check_range("cooldown", cooldown, 0, None, integer=True)
+        self.orders, self.span, self.lag, self.alpha, self.cooldown = orders, span, lag, alpha, cooldown
+        self._a, self._b, self._gap = float(alpha), 1.0 - float(alpha), orders * _LN10
+        self._reset()
+
+    def _reset(self) -> None:
+        self._level = 0.0  # smoothed log(loss) (none before the first loss: no levels held)
+        self._levels: deque[float] = deque(maxlen=self.lag + 1)  # the level after each of the last lag + 1 losses
+        self._steps: deque[int] = deque(maxlen=self.span + 1)  # their steps (the last span + 1)
+        self._share = -1.0  # the latest share measured (-1: none yet)
+        self._quiet_until = self._last_step = -1
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        self._levels = deque(state["levels"], maxlen=self.lag + 1)
+        self._steps = deque(state["steps"], maxlen=self.span + 1)
+
+    def _step(self, loss: float, share: float, step: int, log_loss: float | None = None) -> Event | None:
+        self._last_step = step
+        if not (loss - loss == 0.0 and loss > 0.0):  # refused, its share with it (as a step without a loss)
+            return None
+        if 0.0 <= share <= 1.0:  # nan compares false: not measured
+            self._share = share
+        y = log(loss) if log_loss is None else log_loss
+        levels = self._levels
+        lev = self._level = self._a * y + self._b * self._level if levels else y
+        levels.append(lev)
+        self._steps.append(step)
+        if (self._share < ONE_ANSWER or step <= self._quiet_until or len(levels) < 2
+                or levels[max(0, len(levels) - 1 - self.span)] - lev < self._gap or levels[0] - lev < self._gap):
+            return None
+        self._quiet_until = step + self.cooldown
+        recent = list(levels)[-len(self._steps):]
+        top = max(recent)
+        onset = self._steps[max(t for t, v in enumerate(recent) if v >= top - _QUARTER)]
+        fell = (recent[0] - lev) / _LN10
+        return make_event(Kind.SILENT_COLLAPSE, "warning", step, onset, type(self).__name__, "loss", fell,
+                          self.orders, f"the loss fell {fell:.2g} decades in {len(recent) - 1} values while "
+                          f"{self._share:.0%} of the answers are one class: the model answers one class "
+                          "(labels of one class?)")
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        if not self._levels or not (lim := first_unusable(arrays[0], i, j, True)):
+            return 0
+        sh = arrays[1][i:i + lim]
+        with np.errstate(invalid="ignore"):
+            meas = (sh >= 0.0) & (sh <= 1.0)
+        idx = np.maximum.accumulate(np.where(meas, np.arange(lim), -1))
+        share = np.where(idx >= 0, sh[np.maximum(idx, 0)], self._share)  # the latest share at each value
+        lev = shared_ewma(arrays[0], i, "log", column_log(arrays[0], i, i + lim), self._a, self._b, self._level)
+        ext = np.concatenate((np.asarray(self._levels, dtype=np.float64), lev))
+        pos = np.arange(len(self._levels), len(ext))
+        back = ext[np.maximum(0, pos - self.span)] - lev
+        first = ext[np.maximum(0, pos - self.lag)] - lev
+        cand = (share >= ONE_ANSWER) & (back >= self._gap) & (first >= self._gap) & (steps[i:i + lim] > self._quiet_until)
+        k = int(np.argmax(cand)) if cand.any() else lim  # the first candidate is left to the scalar step
+        if k:
+            self._share = float(share[k - 1])
+            self._level = float(lev[k - 1])
+            self._levels.extend(lev[max(0, k - self.lag - 1):k].tolist())
+            self._steps.extend(steps[i + max(0, k - self.span - 1):i + k].tolist())
+            self._last_step = int(steps[i + k - 1])
+        return k
+
+
+__all__ = ["OneAnswerLossDrop"]
