@@ -427,3 +427,20 @@ def test_the_default_suite_names_a_one_answer_collapse_before_the_grad_norm_fade
     assert alone is not None and 200 <= alone <= 250
     later = first({"pred_collapse", "val_metric_chance", "one_answer"})
     assert later is None or later > alone + 20
+
+
+def test_one_answer_loss_drop_holds_the_collapsed_status_while_the_collapse_lasts():
+    share, loss = _char_model(5400, n=1200, collapse_at=200)
+    share[700:] = np.clip(0.5 + np.random.default_rng(5401).normal(0, 0.05, 500), 0, 1)  # labels mended at 700
+    loss[700:] = 2.0 * np.exp(np.random.default_rng(5402).normal(0, 0.05, 500))
+    mon = ts.Monitor(suite={"one_answer": ts.OneAnswerLossDrop()})
+    status = []
+    for a, b in zip(loss.tolist(), share.tolist()):
+        mon.update(loss=a, pred_top_share=b)
+        status.append(mon.status)
+    first = status.index("collapsed")
+    assert 200 <= first <= 250
+    assert set(status[first:700]) == {"collapsed"}, "the status went back while the model still answers one class"
+    assert status[-1] != "collapsed" and "collapsed" not in status[:200]
+    evs = ts.OneAnswerLossDrop().scan(loss=loss, pred_top_share=share)
+    assert len(evs) >= 4 and len({e.onset_step for e in evs}) == 1 and all(200 <= e.step < 800 for e in evs)

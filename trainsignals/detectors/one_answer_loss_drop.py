@@ -39,9 +39,11 @@ class OneAnswerLossDrop(Detector):
     never fires.
 
     ``onset_step`` is the last step of the span whose level was within a quarter of a decade of the
-    span's highest: where the fall began. After an event the rule is quiet for ``cooldown`` steps. A
-    non-finite or non-positive loss refuses the step (its share too); a non-finite share, or one
-    outside [0, 1], is not a measure.
+    span's highest: where the fall began. While the collapse lasts (the latest share at least
+    ``ONE_ANSWER``, the level ``orders`` decades below the span's highest) the rule fires again every
+    ``cooldown`` steps, so the Monitor's ``collapsed`` status holds; it ends, and the rule watches
+    for a new fall, once either gives way. A non-finite or non-positive loss refuses the step (its
+    share too); a non-finite share, or one outside [0, 1], is not a measure.
 
     The defaults: ``orders`` and ``lag`` are :class:`JointCollapse`'s; ``span`` is "a few dozen
     steps", the time a collapse to one answer takes. On the healthy runs of the tuning suites
@@ -55,11 +57,12 @@ class OneAnswerLossDrop(Detector):
         span: values over which it must fall, in [2, lag].
         lag: values of history held (the level the loss must also be below), >= 2.
         alpha: weight of the smoothed level, in (0, 1].
-        cooldown: steps after an event without a new one, >= 0.
+        cooldown: steps between the events of one collapse, >= 0.
 
     Example:
         Ten classes; from step 200 every label is class 0: the model answers it within ten steps
-        and its loss falls from 2.3 to 0.002 over 40:
+        and its loss falls from 2.3 to 0.002 over 40 (and stays there: the collapse lasts, its
+        event comes again 100 steps later):
 
         >>> import numpy as np
         >>> rng = np.random.default_rng(0)
@@ -67,7 +70,7 @@ class OneAnswerLossDrop(Detector):
         >>> loss = 2.3 * np.exp(-t / 400) * 10.0 ** (-3 * np.clip((t - 200) / 40, 0, 1)) * np.exp(rng.normal(0, 0.05, 400))
         >>> share = np.where(t >= 210, 1.0, 0.12)
         >>> [(e.kind.value, e.step, e.onset_step) for e in OneAnswerLossDrop().scan(loss=loss, pred_top_share=share)]
-        [('silent_collapse', 228, 207)]
+        [('silent_collapse', 228, 207), ('silent_collapse', 329, 207)]
 
         The same fall with the answers spread over the classes (a small set learnt by heart) is no collapse:
 
@@ -78,7 +81,7 @@ class OneAnswerLossDrop(Detector):
     knob = Knob("orders", 0.5, 5.0)
     inputs = (Input("loss"), Input("pred_top_share", required=False))
     logs = ("loss",)
-    _state_keys = ("level", "levels", "steps", "share", "quiet_until", "last_step")
+    _state_keys = ("level", "levels", "steps", "share", "top", "onset", "quiet_until", "last_step")
 
     def __init__(self, orders: float = 1.5, span: int = 50, lag: int = 250, alpha: float = 0.1,
                  cooldown: int = 100) -> None:
@@ -96,6 +99,8 @@ class OneAnswerLossDrop(Detector):
         self._levels: deque[float] = deque(maxlen=self.lag + 1)  # the level after each of the last lag + 1 losses
         self._steps: deque[int] = deque(maxlen=self.span + 1)  # their steps (the last span + 1)
         self._share = -1.0  # the latest share measured (-1: none yet)
+        self._top = 0.0  # in a collapse: the level before the fall (0 with onset -1: no collapse)
+        self._onset = -1  # the collapse's onset step (-1: none lasts)
         self._quiet_until = self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
@@ -114,17 +119,26 @@ class OneAnswerLossDrop(Detector):
         lev = self._level = self._a * y + self._b * self._level if levels else y
         levels.append(lev)
         self._steps.append(step)
-        if (self._share < ONE_ANSWER or step <= self._quiet_until or len(levels) < 2
+        if self._onset >= 0:  # a collapse lasts while the answers stay one class and the loss stays down
+            if self._share < ONE_ANSWER or lev > self._top - self._gap:
+                self._onset = -1
+            elif step > self._quiet_until:
+                return self._event(step, lev, "is still")
+            return None
+        if (self._share < ONE_ANSWER or step <= self._quiet_until
                 or levels[max(0, len(levels) - 1 - self.span)] - lev < self._gap or levels[0] - lev < self._gap):
             return None
-        self._quiet_until = step + self.cooldown
         recent = list(levels)[-len(self._steps):]
-        top = max(recent)
-        onset = self._steps[max(t for t, v in enumerate(recent) if v >= top - _QUARTER)]
-        fell = (recent[0] - lev) / _LN10
-        return make_event(Kind.SILENT_COLLAPSE, "warning", step, onset, type(self).__name__, "loss", fell,
-                          self.orders, f"the loss fell {fell:.2g} decades in {len(recent) - 1} values while "
-                          f"{self._share:.0%} of the answers are one class: the model answers one class "
+        self._top = max(recent)
+        self._onset = self._steps[max(t for t, v in enumerate(recent) if v >= self._top - _QUARTER)]
+        return self._event(step, lev, f"fell in {len(recent) - 1} values and is")
+
+    def _event(self, step: int, lev: float, how: str) -> Event:
+        self._quiet_until = step + self.cooldown
+        fell = (self._top - lev) / _LN10
+        return make_event(Kind.SILENT_COLLAPSE, "warning", step, self._onset, type(self).__name__, "loss", fell,
+                          self.orders, f"the loss {how} {fell:.2g} decades below its level at step {self._onset} "
+                          f"while {self._share:.0%} of the answers are one class: the model answers one class "
                           "(labels of one class?)")
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
@@ -140,8 +154,12 @@ class OneAnswerLossDrop(Detector):
         pos = np.arange(len(self._levels), len(ext))
         back = ext[np.maximum(0, pos - self.span)] - lev
         first = ext[np.maximum(0, pos - self.lag)] - lev
-        cand = (share >= ONE_ANSWER) & (back >= self._gap) & (first >= self._gap) & (steps[i:i + lim] > self._quiet_until)
-        k = int(np.argmax(cand)) if cand.any() else lim  # the first candidate is left to the scalar step
+        due = steps[i:i + lim] > self._quiet_until
+        if self._onset >= 0:  # in a collapse: its end, or its next event
+            stop = (share < ONE_ANSWER) | (lev > self._top - self._gap) | due
+        else:
+            stop = (share >= ONE_ANSWER) & (back >= self._gap) & (first >= self._gap) & due
+        k = int(np.argmax(stop)) if stop.any() else lim  # the first such value is left to the scalar step
         if k:
             self._share = float(share[k - 1])
             self._level = float(lev[k - 1])
