@@ -407,7 +407,13 @@ def test_one_answer_loss_drop_is_quiet_on_an_imbalanced_classifier_and_without_a
     loss = 0.7 * 10.0 ** (-t / 800) * np.exp(rng.normal(0, 0.1, 800))
     assert ts.OneAnswerLossDrop().scan(pred_top_share=share, loss=loss) == []
     _, fall = _char_model(5201, collapse_at=300)
-    assert ts.OneAnswerLossDrop().scan(loss=fall) == []  # no answers measured: the rule never fires
+    det = ts.OneAnswerLossDrop()
+    assert det.scan(loss=fall) == []  # no answers measured: the rule never fires, and keeps nothing
+    assert det.state_dict()["state"]["levels"] == []
+    streamed = ts.OneAnswerLossDrop()
+    for v in fall.tolist():
+        streamed.update(loss=v)
+    assert streamed.state_dict() == det.state_dict()
 
 
 def test_the_default_suite_names_a_one_answer_collapse_before_the_grad_norm_fades():

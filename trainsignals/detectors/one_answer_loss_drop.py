@@ -12,7 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
-from ._ops import column_log, first_unusable, log, shared_ewma
+from ._ops import column_log, first_unusable, first_usable, log, shared_ewma
 from .joint_collapse import ONE_ANSWER
 
 _LN10 = math.log(10.0)
@@ -35,8 +35,9 @@ class OneAnswerLossDrop(Detector):
     level ``lag`` values earlier (or its first level: a loss that comes back down after a blow-up
     does not count). :class:`JointCollapse` asks the same fall of the grad norm too, which a
     model with one answer left reaches only as its gradients fade, often a hundred steps later;
-    with the answers measured, they are the direct evidence. Without a share measured the rule
-    never fires.
+    with the answers measured, they are the direct evidence. Until a share is measured the rule
+    does nothing (its level starts with the first one): a run that never measures its answers
+    pays a call a step.
 
     ``onset_step`` is the last step of the span whose level was within a quarter of a decade of the
     span's highest: where the fall began. While the collapse lasts (the latest share at least
@@ -114,6 +115,8 @@ class OneAnswerLossDrop(Detector):
             return None
         if 0.0 <= share <= 1.0:  # nan compares false: not measured
             self._share = share
+        elif self._share < 0.0:  # no answers measured yet: nothing to watch (the level starts with them)
+            return None
         y = log(loss) if log_loss is None else log_loss
         levels = self._levels
         lev = self._level = self._a * y + self._b * self._level if levels else y
@@ -142,6 +145,10 @@ class OneAnswerLossDrop(Detector):
                           "(labels of one class?)")
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        if self._share < 0.0:  # no answers measured yet: up to the first one, nothing changes
+            if k := first_usable(arrays[1], i, j):
+                self._last_step = int(steps[i + k - 1])
+            return k
         if not self._levels or not (lim := first_unusable(arrays[0], i, j, True)):
             return 0
         sh = arrays[1][i:i + lim]
