@@ -168,3 +168,22 @@ def test_monitor_scan_equals_streaming_over_many_blocks_with_events():
     batched = mon.scan(loss=loss, grad_norm=grad)
     assert streamed and close_events(streamed, batched)
     assert close_state(ref.state_dict(), mon.state_dict())
+
+
+def test_a_long_scan_taken_in_chunks_gives_the_events_and_state_of_one_pass(monkeypatch):
+    # Monitor.scan takes dense scalar signals longer than SCAN_CHUNK steps a chunk at a time (to bound
+    # its memory); with a small chunk, a run with gaps and events must come out as in one pass
+    from trainsignals import _monitor
+
+    loss, grad = regime_stream(12, 6_000, 6, 0.0, 2)
+    loss[[500, 2501, 4000]] = [np.nan, np.inf, np.nan]
+    gaps = np.zeros(len(grad), bool)
+    gaps[::7] = True
+    masked = np.ma.masked_array(grad, mask=gaps)
+    whole = ts.Monitor()
+    want = whole.scan(loss=loss, grad_norm=masked)
+    monkeypatch.setattr(_monitor, "SCAN_CHUNK", 1_000)
+    chunked = ts.Monitor()
+    got = chunked.scan(loss=loss, grad_norm=masked)
+    assert want and close_events(want, got)
+    assert close_state(whole.state_dict(), chunked.state_dict())
