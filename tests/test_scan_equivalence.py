@@ -128,7 +128,7 @@ def test_trend_divergence_scan_equals_streaming_on_a_noisy_loss_with_many_candid
         assert close_state(ref.state_dict(), det.state_dict())
 
 
-def test_a_shared_average_joins_an_earlier_stretch_and_gives_the_plain_average_bit_for_bit():
+def test_a_shared_average_joins_an_earlier_stretch_and_gives_the_plain_average_bit_for_bit(monkeypatch):
     # shared_ewma from another state at an earlier position computes a span, then takes the rest
     # from the stored stretch once the two averages meet: the numbers are those of ewma itself
     from trainsignals.detectors import _ops
@@ -143,14 +143,11 @@ def test_a_shared_average_joins_an_earlier_stretch_and_gives_the_plain_average_b
         computed.append(len(x))
         return plain(x, a, b, m0)
 
+    monkeypatch.setattr(_ops, "ewma", counting)
     with _ops.sharing():
-        _ops.ewma = counting
-        try:
-            first = _ops.shared_ewma(col, 500, "log", y[500:], 0.1, 0.9, 0.0)
-            later = _ops.shared_ewma(col, 10, "log", y[10:], 0.1, 0.9, 5.0)  # far from the first's state
-            slow = _ops.shared_ewma(col, 10, "log", y[10:], 0.001, 0.999, 5.0)  # never meets: computed whole
-        finally:
-            _ops.ewma = plain
+        first = _ops.shared_ewma(col, 500, "log", y[500:], 0.1, 0.9, 0.0)
+        later = _ops.shared_ewma(col, 10, "log", y[10:], 0.1, 0.9, 5.0)  # far from the first's state
+        slow = _ops.shared_ewma(col, 10, "log", y[10:], 0.001, 0.999, 5.0)  # never meets: computed whole
     assert np.array_equal(first, plain(y[500:], 0.1, 0.9, 0.0))
     assert np.array_equal(later, plain(y[10:], 0.1, 0.9, 5.0))
     assert np.array_equal(slow, plain(y[10:], 0.001, 0.999, 5.0))

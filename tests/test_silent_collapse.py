@@ -393,7 +393,8 @@ def test_one_answer_loss_drop_names_a_collapse_within_the_window_and_is_quiet_wi
         evs = ts.OneAnswerLossDrop().scan(pred_top_share=share, loss=loss)
         assert evs and at <= evs[0].step <= at + 50, (seed, [e.step for e in evs])
         assert at - 10 <= evs[0].onset_step <= evs[0].step, seed
-        assert ts.OneAnswerLossDrop().scan(pred_top_share=_char_model(seed)[0], loss=_char_model(seed)[1]) == []
+        calm_share, calm_loss = _char_model(seed)
+        assert ts.OneAnswerLossDrop().scan(pred_top_share=calm_share, loss=calm_loss) == []
         # a small training set learnt by heart: the loss falls as fast, the answers stay spread
         spread = np.clip(0.3 + np.random.default_rng(seed).normal(0, 0.03, len(loss)), 0, 1)
         assert ts.OneAnswerLossDrop().scan(pred_top_share=spread, loss=loss) == [], seed

@@ -339,11 +339,9 @@ class EWMAJump:
         # the values learned are those before each one: the column itself when the pending value is the one before i
         prev = col[i - 1:i - 1 + lim] if i and not self.log else column_log(col, i - 1, i - 1 + lim) if i else None
         u = prev if prev is not None and same_float(float(prev[0]), p0) else None
-        def run() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            # on the log of the column, the level is its average from i - 1 on: shared with the other rules that keep it
-            joins = u is not None and self.log and key is not None
-            return trajectory(y, p0, m0, v0, self.log, u,
-                              shared_ewma(col, i - 1, "log", u, ALPHA, _B, m0) if u is not None and joins else None)
+        def run() -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # the level: shared with the rules keeping the same average
+            lev = shared_ewma(col, i - 1, "log", u, ALPHA, _B, m0) if u is not None and self.log and key is not None else None
+            return trajectory(y, p0, m0, v0, self.log, u, lev)
 
         m, v, z = shared_run(key, lim, run)
         k, acc_up, acc_dn = shared(None if key is None else (*key, lim, self._k, self._h, self._hb, self._up, self._dn),

@@ -164,7 +164,8 @@ _SHARED = _Shared()
 _MAX_RUNS = 64
 #: values of an average computed before :func:`shared_ewma` looks again for a stored stretch to join:
 #: averages of the same values from other states meet within a few hundred values at the weights the
-#: rules use (0.05..0.1: 350 to 800 values measured on a logged loss), so one span usually suffices
+#: rules use (0.05..0.1; the gap shrinks by ``b`` a value), so one span usually suffices
+#: (``tests/test_scan_equivalence.py`` checks it at 0.1)
 MERGE_SPAN = 2048
 #: spans computed before :func:`shared_ewma` stops looking and computes the rest at once (an average
 #: with a slow weight, or one that never meets an earlier stretch, costs at most this many extra calls)

@@ -49,8 +49,9 @@ class OneAnswerLossDrop(Detector):
     The defaults: ``orders`` and ``lag`` are :class:`JointCollapse`'s; ``span`` is "a few dozen
     steps", the time a collapse to one answer takes. On the healthy runs of the tuning suites
     (``datasets/real`` and ``datasets/real_dev``, 149 runs that measure their answers) the level
-    fell at most 0.24 decades in any 100 values at a step whose share was ``ONE_ANSWER`` or more
-    (untrained character models, which answer one character): no alarm in the 308,865 tuning
+    fell at most 0.22 decades in 50 values (0.24 in 100) at a step whose share was ``ONE_ANSWER``
+    or more (untrained character models, which answer one character;
+    ``benchmarks/probe_one_answer_margin.py``): no alarm in the 308,865 tuning
     healthy steps, against a budget of one per 20,000 (``trainsignals/calibration.json``).
 
     Args:

@@ -136,13 +136,11 @@ class UpdateGapStall(Detector):
         """
         n = j - i
         if first_unusable(arrays[0], i, j) == n:  # every loss counted: the two common columns need no pass
-            if first_unusable(arrays[1], i, j, positive=True) == n:  # an update at every row
-                if self._seen and not self._fired:
-                    self._longest = max(self._longest, self._unseen)
-                self._seen, self._unseen, self._onset, self._fired = self._seen + n, 0, -1, False
-                self._last_step = int(steps[j - 1])
-                return n
-            if not self._seen and first_usable(arrays[1], i, j, positive=True) == n:  # none yet, none here
+            pos = np.arange(n) if first_unusable(arrays[1], i, j, positive=True) == n else \
+                np.zeros(0, dtype=np.int64) if not self._seen and first_usable(arrays[1], i, j, positive=True) == n \
+                else None  # an update at every row; or none yet, and none here
+            if pos is not None:
+                self._advance(pos, n, steps[i:j])
                 self._last_step = int(steps[j - 1])
                 return n
         loss, u = arrays[0][i:j], arrays[1][i:j]
@@ -161,14 +159,13 @@ class UpdateGapStall(Detector):
         else:
             c, k = m, j - i
         if c:
-            self._advance(up[:c], steps[i + ok[:c]])
+            self._advance(np.flatnonzero(up[:c]), c, steps[i + ok[:c]])
         if k:
             self._last_step = int(steps[i + k - 1])
         return k
 
-    def _advance(self, up: np.ndarray, steps: np.ndarray) -> None:
-        """The state after counted rows at ``steps`` (``up`` marks the updates) that do not fire."""
-        pos = np.flatnonzero(up)
+    def _advance(self, pos: np.ndarray, n: int, steps: np.ndarray) -> None:
+        """The state after ``n`` counted rows at ``steps`` that do not fire, with updates at rows ``pos``."""
         if len(pos):
             gaps = np.diff(np.concatenate(([-1 - self._unseen], pos))) - 1
             if not self._seen or self._fired:
@@ -177,12 +174,12 @@ class UpdateGapStall(Detector):
                 self._longest = max(self._longest, int(gaps.max()))
             self._seen += len(pos)
             self._fired = False
-            self._unseen = len(up) - 1 - int(pos[-1])
+            self._unseen = n - 1 - int(pos[-1])
             self._onset = int(steps[pos[-1] + 1]) if self._unseen else -1
         elif self._seen:
             if not self._unseen:
                 self._onset = int(steps[0])
-            self._unseen += len(up)
+            self._unseen += n
 
 
 __all__ = ["UpdateGapStall"]
