@@ -81,6 +81,31 @@ def test_never_improved_fires_on_a_run_stuck_from_its_first_step_only():
     assert healthy_alarmed(ts.NeverImprovedPlateau) == 0
 
 
+def dip_then(stall: bool, seed: int, n: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    """Loss and grad norm falling together (0.3 decades per 100 values), both dipping a decade for
+    20 values at value 300 (a lucky stretch: the best sits there for 300 values), then falling
+    on, or with ``stall`` the loss flat from value 320 while the grad norm falls on.
+    """
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    trend = -0.3 * t / 100
+    dip = np.where((t >= 300) & (t < 320), -1.0, 0.0)
+    level = np.where(t < 320, trend, trend[320]) if stall else trend
+    return 10.0 ** (level + dip + rng.normal(0, 0.02, n)), 10.0 ** (trend + dip + rng.normal(0, 0.02, n))
+
+
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_grad_collapse_nets_the_fall_of_the_loss_level_not_only_of_its_best(seed):
+    # the best sits on the dip while the level falls on as fast as the grad norm: learning, not a stall
+    loss, grad = dip_then(stall=False, seed=seed)
+    assert ts.GradCollapsePlateau(patience=100).scan(loss=loss, grad_norm=grad) == []
+    # the same run stuck after the dip, its grad norm falling: a stall, named from the plateau's start
+    loss, grad = dip_then(stall=True, seed=seed)
+    ev = ts.GradCollapsePlateau(patience=100).scan(loss=loss, grad_norm=grad)
+    assert ev and 500 <= ev[0].step <= 600 and 320 <= ev[0].onset_step <= 360
+    assert "the loss 0.0" in ev[0].message or "the loss -0.0" in ev[0].message
+
+
 def test_cooldown_is_in_steps_and_rearm_is_the_rules_own():
     # a loss whose fall slows 20x at value 300 as the grad norm collapses: it keeps creeping down,
     # so each new best re-arms the slowdown rule; the run logs every 10th step

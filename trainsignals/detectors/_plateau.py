@@ -297,8 +297,14 @@ class PlateauRule(Detector):
 
 class GradPlateauRule(PlateauRule):
     """A plateau rule that also reads the grad norm: a fast level of ``log10(grad_norm)``
-    (EWMA, weight :data:`LEVEL_ALPHA`) and that level at each checkpoint (``None`` before the first).
-    A subclass implements :meth:`_rule`, the decision at a checkpoint.
+    (EWMA, weight :data:`LEVEL_ALPHA`) and that level at each checkpoint (``None`` before the first),
+    with the loss's smoothed level there. A subclass implements :meth:`_rule`, the decision at a
+    checkpoint.
+
+    The grad norm's fall is taken net of the loss's: the larger of the falls of its best and of
+    its smoothed level over the same span. A loss that swings by decades near zero (a net that
+    interpolates its data) sets its best on a lucky low that the trend takes long to beat, while
+    its level, and its gradients with it, keep falling: progress the best alone does not see.
     """
 
     def _extra_inputs(self) -> tuple[Input, ...]:
@@ -308,10 +314,12 @@ class GradPlateauRule(PlateauRule):
         super()._reset()
         self._g: float | None = None
         self._ghist: deque[float | None] = deque(maxlen=2 * self._q + 1)
+        self._lhist: deque[float] = deque(maxlen=2 * self._q + 1)  # the loss's smoothed level at each checkpoint
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
         self._ghist = deque(state["ghist"], maxlen=2 * self._q + 1)
+        self._lhist = deque(state["lhist"], maxlen=2 * self._q + 1)
 
     def _step(self, x: float, grad: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
@@ -325,22 +333,27 @@ class GradPlateauRule(PlateauRule):
             return None
         best, delta = self._checkpoint(step)
         self._ghist.append(self._g)
+        self._lhist.append(self._s)
         return self._rule(step, best, delta)
 
     def _rule(self, step: int, best: float, delta: float) -> Event | None:
         """The rule at a checkpoint: ``best`` and ``delta`` as :meth:`_checkpoint` took them."""
         raise NotImplementedError
 
+    def _loss_fall(self, best: float) -> float:
+        """Decades the loss fell since *then*: the larger of its best's fall and its level's."""
+        return max(self._hist[0] - best, self._lhist[0] - self._s) / LN10
+
     def _net_fall(self, best: float) -> float | None:
         """Decades the grad norm fell since *then*, net of the loss's fall (``None``: not known)."""
         g, then = self._g, self._ghist[0]
         if g is None or then is None:
             return None
-        return then - g - (self._hist[0] - best) / LN10
+        return then - g - self._loss_fall(best)
 
     def _because(self, best: float) -> str:
         g, then = self._g, self._ghist[0]
-        return (f"while the grad norm fell {then - g:.1f} decades and the loss {(self._hist[0] - best) / LN10:.1f}"
+        return (f"while the grad norm fell {then - g:.1f} decades and the loss {self._loss_fall(best):.1f}"
                 if g is not None and then is not None else "")
 
     def _fast_extra(self, arrays: Sequence[np.ndarray], i: int, j: int, ctx: dict[str, Any]) -> int:
@@ -371,10 +384,14 @@ class GradPlateauRule(PlateauRule):
         g, then = self._grad_levels(blk, ctx)
         if g is None or then is None:
             return None
+        nb, prev = len(blk.bidx), np.asarray(self._lhist, dtype=np.float64)
+        lvl = blk.s[blk.bidx]
+        lthen = back(np.concatenate((prev, lvl)), len(prev), nb, 2 * self._q)
         with np.errstate(invalid="ignore"):
-            return np.asarray(then - g[blk.bidx] - (blk.old - blk.bb) / LN10)
+            return np.asarray(then - g[blk.bidx] - np.maximum(blk.old - blk.bb, lthen - lvl) / LN10)
 
     def _fast_keep(self, blk: Block, k: int, nu: int, used: np.ndarray, ctx: dict[str, Any]) -> None:
+        self._lhist.extend(blk.s[used].tolist())
         if self._g is None:
             self._ghist.extend([None] * len(used))
             return

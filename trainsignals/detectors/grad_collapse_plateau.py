@@ -22,9 +22,10 @@ class GradCollapsePlateau(GradPlateauRule):
     The plateau is the shared tracker's (:mod:`trainsignals.detectors._plateau`): the best of the
     smoothed log-loss improved by less than ``delta`` (its noise) over the last ``patience``
     values. The rule: over the last ``2 * patience`` values the grad norm's fast level (EWMA of
-    ``log10(grad_norm)``) fell by at least ``stuck_decades``, net of the decades the best loss fell
-    over the same span — tiny gradients on a loss that did not move. A classifier fitting its data
-    shrinks loss and gradient together: that is progress, not a stall; and a converged run's grad
+    ``log10(grad_norm)``) fell by at least ``stuck_decades``, net of the decades the loss fell over
+    the same span (the larger of its best's fall and its smoothed level's) — tiny gradients on a
+    loss that did not move. A classifier fitting its data shrinks loss and gradient together: that
+    is progress, not a stall, even when its best sits on a lucky low; and a converged run's grad
     norm stays in its band (minibatch noise keeps it up), so it is not flagged either.
 
     ``onset_step`` is the first value of the plateau. After an event the rule is quiet until the
@@ -59,7 +60,7 @@ class GradCollapsePlateau(GradPlateauRule):
 
     knob = Knob("stuck_decades", 0.1, 5.0)
 
-    _state_keys = (*PLATEAU_KEYS, "g", "ghist")
+    _state_keys = (*PLATEAU_KEYS, "g", "ghist", "lhist")
 
     def __init__(self, patience: int = PATIENCE, stuck_decades: float = STUCK_DECADES, hold: int = HOLD,
                  delta_mult: float = DELTA_MULT, cooldown: int = 0, signal: str = "loss") -> None:

@@ -27,7 +27,8 @@ class GradCollapseSlowdown(GradPlateauRule):
     how far the best smoothed log-loss fell in it. The rule: the last ``patience`` values brought
     less than ``slowdown`` times the progress of the ``patience`` values before them, while the
     grad norm's fast level (EWMA of ``log10(grad_norm)``) fell at least ``collapse_decades`` over
-    those ``2 * patience`` values, net of the loss's fall. The loss may still creep down: a stall
+    those ``2 * patience`` values, net of the loss's fall (the larger of its best's and its
+    smoothed level's). The loss may still creep down: a stall
     whose gradients vanished need not be flat. A schedule's slow-down keeps the grad norm in its
     band, a classifier fitting its data shrinks loss and gradient together: neither is flagged.
 
@@ -63,7 +64,7 @@ class GradCollapseSlowdown(GradPlateauRule):
 
     knob = Knob("collapse_decades", 0.3, 5.0)
 
-    _state_keys = (*PLATEAU_KEYS, "g", "ghist")
+    _state_keys = (*PLATEAU_KEYS, "g", "ghist", "lhist")
 
     def __init__(self, patience: int = PATIENCE, collapse_decades: float = COLLAPSE_DECADES,
                  slowdown: float = SLOWDOWN, hold: int = HOLD, delta_mult: float = DELTA_MULT,
