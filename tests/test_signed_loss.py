@@ -91,6 +91,31 @@ def test_a_signed_loss_that_loses_its_progress_is_a_divergence_within_the_window
         assert all(k == "loss_spike" and at <= st for k, st in got if st < div[0]), (seed, at, got)
 
 
+def zero_by_design(seed: int) -> np.ndarray:
+    """A policy loss that sits at zero by design (GRPO-style), logged to four decimals: most values are
+    exactly 0.0 or -0.0, the rest a few rounding steps either side, heavy-tailed."""
+    rng = np.random.default_rng(seed)
+    return np.round(rng.standard_t(3, N) * 5e-5, 4)
+
+
+@pytest.mark.parametrize("seed", [9301, 9302, 9303, 9304])
+def test_a_loss_at_zero_by_design_has_no_progress_to_lose(seed: int) -> None:
+    loss = zero_by_design(seed)
+    assert (loss == 0.0).mean() > 0.5 and (loss < 0.0).any()
+    det = ts.SignedLostProgress()
+    assert det.scan(loss=loss) == []
+    first = int(np.flatnonzero(loss < 0.0)[0])
+    assert det.state_dict()["state"]["ncount"] == N - first - 2  # every value from the first negative on, but two
+    # streamed, the same: the run's noise scale is kept value by value
+    streamed = ts.SignedLostProgress()
+    assert [e for x in loss.tolist() for e in streamed.update(loss=x)] == []
+    assert streamed.state_dict() == det.state_dict()
+    # a real loss of progress on that scale is still one: the loss climbs 20 of its noise scales and stays
+    climbed = loss - np.where(np.arange(N) < 700, np.linspace(0.0, 0.01, N), 0.0)
+    ev = ts.SignedLostProgress().scan(loss=climbed)
+    assert ev and 700 <= ev[0].step <= 760 and ev[0].kind.value == "divergence"
+
+
 def test_the_log_rule_alone_misses_a_negative_loss_spike() -> None:
     """What the signed rules add: without them the default suite says nothing about the spike or the collapse."""
     loss, at = spiked(SEEDS[0], "policy")

@@ -111,10 +111,13 @@ class LostProgress(Detector):
     def _needs(self, prog: np.ndarray) -> np.ndarray:
         return np.where(prog < self._lmin, self._lost, np.clip(self.frac * prog, self._lmin, self._lost))
 
-    def _lost_ok(self, win: Sequence[float], best: float, lost: float) -> bool:
-        rise, v = statistics.median(win) - best, list(win)
-        return rise >= lost and rise >= self._lz * statistics.fmean(
-            [abs(v[k] - 2.0 * v[k - 1] + v[k - 2]) for k in range(2, len(v))])
+    def _noise_bar(self, win: Sequence[float]) -> float:  # z * sd: sd from the mean absolute second difference
+        w = list(win)
+        return self._lz * statistics.fmean([abs(c - 2.0 * b + a) for a, b, c in zip(w, w[1:], w[2:])])
+
+    def _lost_ok(self, win: Sequence[float], best: float, lost: float, prog: float, at: int = -1) -> bool:
+        """Whether the median is ``lost`` and the noise bar above ``best`` (``prog``: the progress; ``at``: block place)."""
+        return (rise := statistics.median(win) - best) >= lost and rise >= self._noise_bar(win)
 
     def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
@@ -143,7 +146,7 @@ class LostProgress(Detector):
             self._start = self._low = level
         buf.append(y)
         if (step > self._cooldown_until and climbing and level - best >= lost and len(buf) == self.window
-                and not self._reported and self._lost_ok(buf, best, lost)):
+                and not self._reported and self._lost_ok(buf, best, lost, self._start - self._low)):
             return self._event(step, statistics.median(buf) - best)
         return None
 
@@ -177,8 +180,8 @@ class LostProgress(Detector):
         if self._reported:
             cand &= np.cumsum(calm_mask) > 0
         k = lim
-        for c in np.flatnonzero(cand):
-            if self._lost_ok(ext[c + 1:c + w + 1].tolist(), float(best[c]), float(lost[c])):
+        for c in np.flatnonzero(cand).tolist():
+            if self._lost_ok(ext[c + 1:c + w + 1].tolist(), float(best[c]), float(lost[c]), self._start - low[c], c):
                 k = int(c)
                 break
         if k:

@@ -26,7 +26,10 @@ class SignedLostProgress(LostProgress):
     least ``max(lost, z * sd)`` above ``best`` and ``level`` is ``lost`` above it, where
     ``lost`` is the share ``frac`` of the progress the run had made (``start - low``: the level
     once the first ``window`` values are in, less the lowest level since). A run that made no
-    progress has none to lose: the rule waits. ``sd`` is the window's noise scale, as for
+    progress has none to lose: the rule waits, and progress no larger than ``z`` times the run's
+    noise scale (the mean absolute second difference of every value since the first negative one,
+    over ``NOISE_PER_SD``) is none: a policy loss that sits at zero by design, logged to four
+    decimals, "progresses" by a rounding step. ``sd`` is the window's noise scale, as for
     :class:`LostProgress`; onset, cooldown and re-arm are its too.
 
     The event is a critical ``divergence``. **Rate:** not calibrated (no knob): the tuning
@@ -56,7 +59,7 @@ class SignedLostProgress(LostProgress):
 
     knob: ClassVar[Knob | None] = None
     _units = "value"
-    _state_keys: ClassVar[tuple[str, ...]] = (*LOST_KEYS, "signed")
+    _state_keys: ClassVar[tuple[str, ...]] = (*LOST_KEYS, "signed", "nsum", "ncount")
 
     def __init__(self, window: int = 20, z: float = 3.0, frac: float = 0.5, cooldown: int = 100,
                  signal: str = "loss") -> None:
@@ -68,6 +71,8 @@ class SignedLostProgress(LostProgress):
     def _reset(self) -> None:
         super()._reset()
         self._signed = False  # a negative value was seen: the rule watches from it on
+        self._nsum, self._ncount = 0.0, 0  # the absolute second differences since then: their sum and count
+        self._blk: tuple[np.ndarray, np.ndarray] | None = None  # the same after each value of a batch block
 
     def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         if not self._signed:
@@ -75,6 +80,9 @@ class SignedLostProgress(LostProgress):
                 self._last_step = step
                 return None
             self._signed = True
+        if x - x == 0.0 and len(buf := self._buf) >= 2:
+            self._nsum += abs(x - 2.0 * buf[-1] + buf[-2])
+            self._ncount += 1
         return super()._step(x, step)
 
     def _need(self) -> float:
@@ -85,13 +93,28 @@ class SignedLostProgress(LostProgress):
         with np.errstate(invalid="ignore"):
             return np.where(prog > 0.0, self.frac * prog, math.inf)
 
+    def _lost_ok(self, win: Sequence[float], best: float, lost: float, prog: float, at: int = -1) -> bool:
+        total, count = (self._nsum, self._ncount) if at < 0 or self._blk is None else \
+            (float(self._blk[0][at]), int(self._blk[1][at]))
+        return super()._lost_ok(win, best, lost, prog) and count > 0 and prog >= self._lz * total / count
+
     def _how_far(self, rise: float) -> str:
         prog = self._start - self._low
         return f"{rise:.3g} above its best level ({rise / prog:.0%} of the progress it had made)"
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if self._signed:
-            return super()._fast(arrays, steps, i, j)
+            if len(self._buf) < 2:
+                return 0
+            ext = np.concatenate((list(self._buf)[-2:], arrays[0][i:j]))
+            with np.errstate(invalid="ignore"):  # values past the first non-finite one are never read
+                d2 = np.abs(ext[2:] - 2.0 * ext[1:-1] + ext[:-2])
+            self._blk = (np.cumsum(np.concatenate(([self._nsum], d2)))[1:], self._ncount + np.arange(1, j - i + 1))
+            k = super()._fast(arrays, steps, i, j)
+            if k:
+                self._nsum, self._ncount = float(self._blk[0][k - 1]), int(self._blk[1][k - 1])
+            self._blk = None
+            return k
         k = before_first_negative(arrays[0], i, j)
         if k:
             self._last_step = int(steps[i + k - 1])
