@@ -7,9 +7,10 @@ every run, whether or not a watch is armed. Prints, per suite:
 
 * the quantiles of the loss swing ratio over the healthy runs' no-progress windows (ratio > 0):
   the 99th percentile over the committed real and synthetic suites together is
-  ``LRRiseEdgeOfStability``'s ``new_shift`` (1.93; printed last);
+  ``LRRiseEdgeOfStability``'s ``shift`` (1.93; printed last);
 * the largest loss swing ratio on healthy runs where the grad norm moved ``grad_shift`` times,
-  where the learning rate rose ``lr_rise`` times (``shift``, 2.5, lies just above it: 2.44), and
+  where the learning rate rose ``lr_rise`` times (2.44: the rule's former bar for a jump back to a
+  rate the run had used, 2.5, lay just above it; since 7 December such a jump arms no watch), and
   where it rose after a jump to new ground, with the runs that reach them;
 * for each ``oscillation`` run: the real suite's label check's swing ratio, the largest loss swing
   ratio within the detection window with either evidence, whether its last learning-rate jump
@@ -53,7 +54,7 @@ def ratios(c, lo: int = 2 * W4, hi: int | None = None):
 
 def new_ground(lr: np.ndarray | None, upto: int, rise: float) -> bool:
     """Whether the learning rate's last jump up to index ``upto`` went ``rise`` times above every
-    earlier rate (the detector's ``lr_new``; gaps are skipped)."""
+    earlier rate (the jumps that arm the detector's watch; gaps are skipped)."""
     if lr is None:
         return False
     seg = lr[:upto + 1]
@@ -107,7 +108,7 @@ def main(argv: list[str]) -> None:
                   f"fires at {grad} (grad norm), {lrw} (learning rate)")
     if everything:
         print(f"real + synthetic healthy: 99th percentile of the swing ratio {np.quantile(everything, 0.99):.3f} "
-              f"over {len(everything)} windows (LRRiseEdgeOfStability's new_shift)")
+              f"over {len(everything)} windows (LRRiseEdgeOfStability's shift)")
 
 
 if __name__ == "__main__":

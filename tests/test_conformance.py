@@ -211,7 +211,7 @@ def test_foreign_state_is_refused(scalar_detector):
         (ts.LjungBoxSawtooth, "warmup", 3),
         (ts.SwingRatioEdgeOfStability, "shift_ratio", 1.0),
         (ts.SwingRatioEdgeOfStability, "cooldown", -1),
-        (ts.LRRiseEdgeOfStability, "new_shift", 3.0),
+        (ts.LRRiseEdgeOfStability, "shift", 0.5),
         (ts.LRRiseEdgeOfStability, "lr_rise", 1.0),
         (ts.LRJumpAnomaly, "jump_factor", 1.0),
         (ts.UpdateRatioAboveBand, "high", 1e-9),

@@ -18,31 +18,29 @@ from ._ops import column_log, first_unusable, log
 _NAN = math.nan
 #: the 99th percentile of the swing ratio over the 18,096 no-progress windows of the healthy runs
 #: of the committed real and synthetic suites (1.934; ``benchmarks/probe_oscillation_shift.py``)
-NEW_SHIFT = 1.93
-#: just above the largest swing ratio a healthy run of those suites reaches while its learning
-#: rate rose ``lr_rise`` times (2.44, synthetic ``healthy-hard-1``, a warmup; the same probe)
-SHIFT = 2.5
+SHIFT = 1.93
 
 
 class LRRiseEdgeOfStability(Detector):
     """Flags a step size past the edge of stability: after a learning-rate jump, the loss swings wider.
 
-    Inputs: the loss (log space) and the learning rate (``nan``: unknown). A *jump*, a rate at
-    least ``lr_rise`` times the last known one (not a warmup's gradual climb), arms a watch of
-    ``4 * window - 3 * window // 2`` values, examined every ``STRIDE``-th value. With the windows
-    of :class:`SwingRatioEdgeOfStability` (``onset_step``: the current one's first step), it fires
-    when the rate stayed up (the current window's smallest is ``lr_rise`` times the reference's
-    median: a warm restart's bump is no regime while the window holds the jump, and once it has
-    left it the loss falls again), with no net progress, and the loss swings ``shift`` times as
-    wide in loss units; or only ``new_shift`` times after a jump ``lr_rise`` times above every
-    rate the run had used (a step size it never trained with: the cause seen directly; a jump
-    back to a used rate brings back that rate's wider band). An event disarms the watch; no
-    event in the first ``warmup`` values, nor for ``cooldown`` steps after one.
+    Inputs: the loss (log space) and the learning rate (``nan``: unknown). A *jump to new
+    ground*, a rate at least ``lr_rise`` times the last known one and ``lr_rise`` times above
+    every rate the run had used (a step size it never trained with: the cause seen directly; not
+    a warmup's gradual climb), arms a watch of ``4 * window - 3 * window // 2`` values, examined
+    every ``STRIDE``-th value. With the windows of :class:`SwingRatioEdgeOfStability`
+    (``onset_step``: the current one's first step), it fires when the rate stayed up (the current
+    window's smallest is ``lr_rise`` times the reference's median: a bump that came back down is
+    no regime), with no net progress, and the loss swings ``shift`` times as wide in loss units.
+    A jump back to a rate the run has used (a schedule's warm restart, a rate restored after a
+    drop) brings back the wider band the run had at that rate: no evidence of a step size past
+    the edge (a run unstable at a rate it had used is :class:`SwingRatioEdgeOfStability`'s). An
+    event disarms the watch; no event in the first ``warmup`` values, nor for ``cooldown`` steps
+    after one.
 
     Args:
         window: the windows' unit, >= 8.
         shift: loss swing ratio that fires, > 1.
-        new_shift: the swing ratio that fires after a jump to new ground, in (1, shift].
         lr_rise: learning-rate ratio of a jump, and of the current window over the reference, > 1.
         warmup: values before any event, >= 4 * window.
         cooldown: steps after an event without a new one, >= 0.
@@ -60,19 +58,18 @@ class LRRiseEdgeOfStability(Detector):
         [(448, 401)]
     """
 
-    knob = Knob("shift", 2.0, 10.0)
-    _state_keys = ("n", "ys", "ls", "ss", "left", "lr_top", "lr_new", "quiet_until", "last_step")
+    knob = Knob("shift", 1.5, 10.0)
+    _state_keys = ("n", "ys", "ls", "ss", "left", "lr_top", "quiet_until", "last_step")
 
-    def __init__(self, window: int = 32, shift: float = SHIFT, new_shift: float = NEW_SHIFT, lr_rise: float = 1.5,
+    def __init__(self, window: int = 32, shift: float = SHIFT, lr_rise: float = 1.5,
                  warmup: int = 128, cooldown: int = 100, signal: str = "loss") -> None:
         check_range("window", window, 8, None, integer=True)
         check_range("shift", shift, 1, None, lo_open=True)
-        check_range("new_shift", new_shift, 1, shift, lo_open=True)
         check_range("lr_rise", lr_rise, 1, None, lo_open=True)
         check_range("warmup", warmup, sw.SPAN * window, None, integer=True)
         check_range("cooldown", cooldown, 0, None, integer=True)
         check_signal("signal", signal)
-        self.window, self.shift, self.new_shift, self.lr_rise = window, shift, new_shift, lr_rise
+        self.window, self.shift, self.lr_rise = window, shift, lr_rise
         self.warmup, self.cooldown, self.signal = warmup, cooldown, signal
         self.inputs = (Input(signal), Input("lr", required=False))
         self.logs = (signal,)
@@ -83,8 +80,7 @@ class LRRiseEdgeOfStability(Detector):
         self._ys: deque[float] = deque(maxlen=sw.SPAN * self.window)
         self._ls: deque[float] = deque(maxlen=sw.SPAN * self.window)  # nan: unknown at that value
         self._ss: deque[int] = deque(maxlen=3 * self.window // 2)
-        # the highest rate so far (0: none known); whether the last jump went lr_rise times above it
-        self._lr_top, self._lr_new = 0.0, False
+        self._lr_top = 0.0  # the highest rate so far (0: none known)
         self._quiet_until = self._last_step = -1
 
     def _set_state(self, state: dict[str, Any]) -> None:
@@ -95,25 +91,22 @@ class LRRiseEdgeOfStability(Detector):
     def _get_state(self) -> dict[str, Any]:
         return {**super()._get_state(), "ls": sw.plain(self._ls)}
 
-    def _test(self, ys: Sequence[float], ls: Sequence[float], new: bool) -> tuple[float, float, float] | None:
-        """``(loss swing ratio, learning-rate ratio, threshold)`` where the rule fires, else ``None``."""
+    def _test(self, ys: Sequence[float], ls: Sequence[float]) -> tuple[float, float] | None:
+        """``(loss swing ratio, learning-rate ratio)`` where the rule fires, else ``None``."""
         w2 = 3 * self.window // 2
-        rl, thr = sw.swing_ratio(ys, w2), self.new_shift if new else self.shift
-        rlr = sw.lr_rise(ls, w2) if rl >= thr else 0.0
-        return (rl, rlr, thr) if rlr >= self.lr_rise else None
+        rl = sw.swing_ratio(ys, w2)
+        rlr = sw.lr_rise(ls, w2) if rl >= self.shift else 0.0
+        return (rl, rlr) if rlr >= self.lr_rise else None
 
     def _jumped(self, lr: float) -> bool:
-        """Keep ``lr`` (nan when unknown) aligned with the losses; whether it jumped."""
+        """Keep ``lr`` (nan when unknown) aligned with the losses; whether it jumped to new ground."""
         if not (lr - lr == 0.0 and lr > 0.0):
             self._ls.append(_NAN)
             return False
         top, self._lr_top = self._lr_top, max(self._lr_top, lr)
         prev = next((v for v in reversed(self._ls) if v == v), _NAN)  # the last known one
         self._ls.append(lr)
-        if lr >= self.lr_rise * prev:
-            self._lr_new = lr >= self.lr_rise * top
-            return True
-        return False
+        return lr >= self.lr_rise * prev and lr >= self.lr_rise * top
 
     def _step(self, x: float, lr: float, step: int, log_x: float | None = None) -> Event | None:
         self._last_step = step
@@ -133,18 +126,19 @@ class LRRiseEdgeOfStability(Detector):
             self._left = left - 1
         if n < self.warmup:
             return None
-        if jumped:  # (re)arm the watch
+        if jumped:  # (re)arm the watch: a jump to new ground
             self._left = left = sw.SPAN * self.window - 3 * self.window // 2
         if not left or n % sw.STRIDE:  # examined every STRIDE-th value while armed
             return None
-        if (got := self._test(self._ys, ls, self._lr_new)) is None:
+        if (got := self._test(self._ys, ls)) is None:
             return None
-        (rl, rlr, thr), w2 = got, 3 * self.window // 2
+        (rl, rlr), w2 = got, 3 * self.window // 2
         self._quiet_until, self._left = step + self.cooldown, 0
         msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over the "
-               f"{w2} before the last {w2 + self.window}, with no net progress; the learning rate rose {rlr:.3g}x"
-               f"{', above any rate the run had used' * self._lr_new}: step size at the edge of stability")
-        return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal, rl, thr, msg)
+               f"{w2} before the last {w2 + self.window}, with no net progress; the learning rate rose {rlr:.3g}x, "
+               "above any rate the run had used: step size at the edge of stability")
+        return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal, rl,
+                          self.shift, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         if steps[i] <= self._quiet_until:
@@ -154,6 +148,7 @@ class LRRiseEdgeOfStability(Detector):
         y, w, last0 = column_log(arrays[0], i, i + lim), self.window, next((v for v in reversed(self._ls) if v == v), _NAN)
         w2, span, rise = 3 * w // 2, sw.SPAN * w, self.lr_rise
         lr, known, jumps, new = sw.lr_jumps(arrays[1], i, lim, last0, self._lr_top, rise)
+        jumps = jumps[new]  # only a jump to new ground arms the watch
         n0, watch = self._n, span - w2
         until0, arms = n0 + self._left - 1, [a for a in (n0 + jumps).tolist() if a >= self.warmup]  # warm: arms
         es = sw.watch_checks(n0, until0, arms, watch, n0 + lim - 1)
@@ -161,26 +156,21 @@ class LRRiseEdgeOfStability(Detector):
         if len(es):  # a looser vectorised twin of the test, then the scalar test on survivors
             yext = np.concatenate((np.asarray(self._ys), y))
             lext = np.concatenate((np.asarray(self._ls, dtype=np.float64), lr))
-            es = es[sw.batch_swing_ratio(yext, off + es, w2, span) >= self.new_shift * sw.SLACK]
+            es = es[sw.batch_swing_ratio(yext, off + es, w2, span) >= self.shift * sw.SLACK]
             lv = np.lib.stride_tricks.sliding_window_view(lext, w2)
             lc, lrf = lv[off + es + 1 - w2], lv[off + es + 1 - span]
             holes = np.isnan(lrf).any(axis=1)  # a reference with a gap: left to the scalar test
             with np.errstate(invalid="ignore"):  # the smallest known rate (nan: none) against the reference
                 up = np.fmin.reduce(lc, axis=1) >= rise * np.median(np.where(holes[:, None], 1, lrf), axis=1) * sw.SLACK
-            es = es[holes | up]
-            at = np.searchsorted(jumps, es, side="right") - 1  # the last jump at or before each
-            fresh = np.where(at >= 0, new[np.maximum(at, 0)] if len(new) else False, self._lr_new)
-            for c, nw in zip(es.tolist(), fresh.tolist()):
+            for c in es[holes | up].tolist():
                 lo = off + c + 1 - span
-                if self._test(yext[lo:off + c + 1].tolist(), lext[lo:off + c + 1].tolist(), nw) is not None:
+                if self._test(yext[lo:off + c + 1].tolist(), lext[lo:off + c + 1].tolist()) is not None:
                     k = c
                     break
         if k:
             self._left = max(0, max([until0] + [a + watch for a in arms if a < n0 + k]) - (n0 + k - 1))
             if known[:k].any():  # the learning-rate record as of the last value consumed
                 self._lr_top = max(self._lr_top, float(np.nanmax(lr[:k])))
-                if before := int(np.searchsorted(jumps, k)):
-                    self._lr_new = bool(new[before - 1])
             self._ys.extend(y[max(0, k - span):k].tolist())
             self._ls.extend(lr[max(0, k - span):k].tolist())
             self._ss.extend(steps[i + max(0, k - w2):i + k].tolist())
