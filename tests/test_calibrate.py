@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
+import trainsignals as ts
 from trainsignals.curves import generate
 from trainsignals.eval import calibrate as cal
 
@@ -178,3 +183,28 @@ def test_a_fitted_tail_sets_the_knob_past_the_prone_runs():
     assert row.limit == "tail"
     assert row.value > max(crit)  # extrapolated beyond every prone run, so none of them alarms
     assert row.runs_alarmed == 0 and 0.0 < row.run_rate <= 0.3
+
+
+def test_every_default_rule_states_its_measured_rate_in_its_docstring():
+    """Each detector class of the default suite states, in its docstring, the budget and the alarms that
+    ``calibration.json`` measured for each of its entries (or says it is not calibrated): the docs match
+    the file the events' ``healthy_rate`` comes from."""
+    doc_file = json.loads(Path(ts.__file__).with_name("calibration.json").read_text())
+    entries, budget = doc_file["entries"], doc_file["budget_per_10k"]
+    by_class: dict[type, list[str]] = {}
+    for name, det in ts.default_suite(1000).items():
+        by_class.setdefault(type(det), []).append(name)
+    for cls, names in by_class.items():
+        doc = " ".join((inspect.getdoc(cls) or "").split())
+        assert "**Rate**" in doc or "**Rate:**" in doc or "not calibrated" in doc, cls.__name__
+        if any(n not in entries for n in names):
+            assert "not calibrated" in doc, cls.__name__
+            continue
+        assert f"budget {budget:g} per 10,000" in doc, cls.__name__
+        for n in names:
+            e = entries[n]
+            if e["limit"] == "no_data":
+                assert f"``{n}``" in doc and "no healthy run" in doc, (cls.__name__, n)
+            else:
+                pattern = rf"``{n}`` {e['alarms']} alarms? in {e['steps']:,} (tuning healthy )?steps"
+                assert re.search(pattern, doc), (cls.__name__, n, e["alarms"], e["steps"])

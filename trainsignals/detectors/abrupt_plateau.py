@@ -34,6 +34,9 @@ class AbruptPlateau(PlateauRule):
     judge those runs). ``onset_step`` is the first value of the plateau. After an event the rule
     is quiet until the best improves by ``delta`` again, and for ``cooldown`` steps.
 
+    **Rate**: ``stall_abrupt`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    (``calibration.json``; budget 0.5 per 10,000 steps).
+
     Args:
         patience: values without improvement before a stall, >= 2.
         progress_mult: progress (in ``delta``) the window before must show, >= 1.

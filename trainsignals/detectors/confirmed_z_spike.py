@@ -34,6 +34,9 @@ class ConfirmedZSpike(EWMAZSpike):
     re-arm, ``cooldown`` in steps from the jump) is :class:`EWMAZSpike`'s, with the same parameters;
     ``signal`` may be any scalar but the loss.
 
+    **Rate**: ``grad_explosion`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    (``calibration.json``; budget 0.5 per 10,000 steps).
+
     Example:
         A grad norm that jumps 20x for one value at step 100, then 20x for good at step 200:
 

@@ -24,6 +24,9 @@ class FlatFractionSaturation(LayerFraction):
     sample at which the fraction was still within ``margin`` of the layer's own running
     baseline (EWMA, weight ``alpha``, of the samples below threshold).
 
+    **Rate**: ``saturation`` 0 alarms in 305,875 steps of the tuning suites' healthy runs at its defaults
+    (``calibration.json``; budget 0.5 per 10,000 steps).
+
     Args:
         threshold: saturated fraction that fires, in (0, 1].
         patience: consecutive samples at or above the threshold, >= 1.

@@ -36,6 +36,9 @@ class GradCollapseSlowdown(GradPlateauRule):
     rule is quiet until the best improves by ``delta`` again, and for ``cooldown`` steps.
     Non-positive and non-finite losses are skipped with their grad norm.
 
+    **Rate**: ``stall_slowdown`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    (``calibration.json``; budget 0.5 per 10,000 steps).
+
     Args:
         patience: values per window, >= 2.
         collapse_decades: net fall of the grad norm over ``2 * patience`` values that counts, > 0.

@@ -46,6 +46,9 @@ class LayerUpdateRatio(LayerLevels):
     warm-up; quiet for ``cooldown`` values after an event. A layer whose
     ratio is 0 (no update at all) counts as ``1e-30``.
 
+    **Rate**: not measured: no healthy run of the tuning suites records per-layer update ratios
+    (``calibration.json``, entry ``layer_update_ratio``; budget 0.5 per 10,000 steps).
+
     Args:
         gap: decades from the median layer that fire, > 0.
         drop: decades from the layer's own history that fire (the median layer having moved

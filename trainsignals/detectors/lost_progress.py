@@ -26,22 +26,22 @@ LOST_KEYS = ("buf", "level", "best", "start", "low", "climb", "reported", "coold
 class LostProgress(Detector):
     """Flags a loss that jumped or drifted up and stays there: the run lost its progress.
 
-    A learning-rate blow-up that kills the network leaves a noisy plateau at or above the
-    initial loss instead of a climb. On ``y = log(x)``, with ``level`` the EWMA of ``y``
-    (weight ``2 / (window + 1)``) and ``best`` its lowest value so far, the rule fires when the
-    median of the last ``window`` values is at least ``max(lost, z * sd)`` above ``best``, and
-    ``level`` itself is ``lost`` above ``best``. ``lost`` is the share ``frac`` of the progress
-    the run had made (``start - low``: the level once the first ``window`` values are in, less
-    the lowest level since), capped at ``log(ratio)`` and at least ``log(min_ratio)``: a run
-    that fell from 2.3 to 1.9 and is back at 2.3 lost all its progress though its loss rose by
-    only 1.2x; a run with less progress than ``log(min_ratio)`` is judged by ``ratio`` alone.
-    ``sd`` is the window's noise scale (the mean absolute second difference of its values over
-    ``sqrt(12/pi)``, its value for white noise): the median keeps a short burst from counting.
+    A learning-rate blow-up that kills the network leaves a noisy plateau at or above the initial loss instead
+    of a climb. On ``y = log(x)``, with ``level`` the EWMA of ``y`` (weight ``2 / (window + 1)``) and ``best``
+    its lowest value so far, the rule fires when the median of the last ``window`` values is at least
+    ``max(lost, z * sd)`` above ``best``, and ``level`` itself is ``lost`` above ``best``. ``lost`` is the
+    share ``frac`` of the progress the run had made (``start - low``: the level once the first ``window``
+    values are in, less the lowest level since), capped at ``log(ratio)`` and at least ``log(min_ratio)``: a
+    run that fell from 2.3 to 1.9 and is back at 2.3 lost all its progress though its loss rose by only 1.2x;
+    a run with less progress than ``log(min_ratio)`` is judged by ``ratio`` alone. ``sd`` is the window's
+    noise scale (the mean absolute second difference of its values over ``sqrt(12/pi)``, its value for white
+    noise): the median keeps a short burst from counting.
 
-    The event is a critical ``divergence``; ``onset_step`` is the step at which ``level`` last
-    rose more than ``lost / 2`` above ``best``. After an event the rule is quiet for
-    ``cooldown`` steps, and it re-arms only once ``level`` has come back within ``lost / 2`` of
-    ``best`` (one report per climb). Non-positive and non-finite values are skipped.
+    The event is a critical ``divergence``; ``onset_step`` is the step at which ``level`` last rose more than
+    ``lost / 2`` above ``best``. After an event the rule is quiet for ``cooldown`` steps, and it re-arms only
+    once ``level`` has come back within ``lost / 2`` of ``best`` (one report per climb). Non-positive and
+    non-finite values are skipped. **Rate**: ``lost_progress`` 0 alarms in 308,865 tuning healthy steps at its
+    defaults (``calibration.json``; budget 0.5 per 10,000).
 
     Args:
         window: values in the median and the noise scale (and the level's span), >= 5.

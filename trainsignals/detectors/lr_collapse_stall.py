@@ -49,6 +49,9 @@ class LRCollapseStall(Detector):
     the rule is quiet until the learning rate comes back up by half the fall, and for
     ``cooldown`` steps in any case. Non-finite and negative learning rates are skipped.
 
+    **Rate**: ``lr_collapse`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    (``calibration.json``; budget 0.5 per 10,000 steps).
+
     Args:
         decades: fall below the window's peak that counts, > 0.
         window: values before the hold in which the peak is taken, >= 1.

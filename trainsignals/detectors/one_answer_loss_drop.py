@@ -54,6 +54,9 @@ class OneAnswerLossDrop(Detector):
     ``benchmarks/probe_one_answer_margin.py``): no alarm in the 308,865 tuning
     healthy steps, against a budget of one per 20,000 (``trainsignals/calibration.json``).
 
+    **Rate**: ``one_answer`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    (``calibration.json``; budget 0.5 per 10,000 steps).
+
     Args:
         orders: decades the loss level must fall, > 0.
         span: values over which it must fall, in [2, lag].

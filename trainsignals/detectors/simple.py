@@ -16,6 +16,9 @@ from ._ops import first_unusable
 class NonFinite(Detector):
     """Flags a NaN or infinite value: critical, once per run of non-finite values.
 
+    **Rate**: not calibrated (no knob): a healthy run has no non-finite value, so the rule has no
+    false alarm to budget.
+
     Example:
         >>> [e.step for e in NonFinite().scan(loss=[1.0, 0.9, float("nan"), float("nan"), 0.8, float("inf")])]
         [2, 5]

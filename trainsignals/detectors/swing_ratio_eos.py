@@ -37,12 +37,12 @@ class SwingRatioEdgeOfStability(Detector):
     * a grad norm (when known in both windows) whose robust residual scale or median is at least
       ``grad_shift`` times the reference's.
 
-    It is examined every ``STRIDE``-th value while *armed*: for ``4 * window - 3 * window // 2``
-    values after the local swing of the loss (EWMA of ``|y[t] - y[t-1]|``) exceeds ``shift_ratio``
-    times its baseline, and the grad norm's too when known (the jump onto the plateau; the
-    comparison works once the current window has left it). An event disarms it. ``onset_step``:
-    the current window's first step; no event in the first ``warmup`` values, nor for
-    ``cooldown`` steps after one.
+    It is examined every ``STRIDE``-th value while *armed*: for ``4 * window - 3 * window // 2`` values after
+    the local swing of the loss (EWMA of ``|y[t] - y[t-1]|``) exceeds ``shift_ratio`` times its baseline, and
+    the grad norm's too when known (the jump onto the plateau; the comparison works once the current window
+    has left it). An event disarms it. ``onset_step``: the current window's first step; no event in the first
+    ``warmup`` values, nor for ``cooldown`` steps after one. **Rate**: ``edge_of_stability`` 0 alarms in
+    308,865 tuning healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
 
     Args:
         window: the windows' unit, >= 8.

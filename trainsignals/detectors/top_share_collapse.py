@@ -73,6 +73,9 @@ class TopShareCollapse(Detector):
     steps), and of the 117 healthy runs of ``datasets/real`` (rebuilt with the share) one run
     does, a small-batch MLP at step 58: 1 alarm in 150,985 tuning healthy steps in all.
 
+    **Rate**: ``pred_collapse`` 1 alarm in 150,985 steps of the tuning suites' healthy runs at its defaults
+    (``calibration.json``; budget 0.5 per 10,000 steps).
+
     Args:
         alpha: weight of the fast smoothed share and of the smoothed log loss, in (0, 1].
         slow: weight of the slow level and scatter of the share, in (0, alpha).

@@ -35,25 +35,25 @@ REARM = 0.30103
 class UpdateRatioAboveBand(Detector):
     """Flags an update ratio ``||dw|| / ||w||`` whose level stays above the run's upper band edge.
 
-    On ``u = log10(update_ratio)`` the detector keeps a fast level (EWMA, weight ``alpha``) and a
-    slow reference (EWMA, weight ``ref_alpha``: the run's settled level). The upper edge is ``high``
-    (violent updates, whatever the run), once the level has been under it: the first steps from a
-    small initialisation (a linear model's weights near 0, Adam's first updates of about ``lr`` per
-    weight) often change the weights by more than a tenth, which is how the run starts, not a change
-    in it. Once the reference has settled (after ``settle`` values) it comes down to ``band_top``
-    (the top of the usual band 1e-4..1e-3) for a level at least ``jump`` decades above the
-    reference: updates an order of magnitude larger than the run's own. A small network trained with
-    plain SGD at a high learning rate lives well at 1e-2, so the edge is the run's own. Fires
-    ``update_ratio_high`` when the level crosses the edge, after ``warmup`` values. The learning
-    rate, the optional second input (``nan`` when unknown), takes its share of a jump: its own level
-    and reference (the same EWMAs of ``log10(lr)``, fed at the steps with a ratio) are kept, and the
-    decades its level rose above its reference are taken off the ratio's rise, so a warm restart
-    that lifts the rate 40-fold and the updates with it is the schedule, not violent updates; the
-    hard edge ``high`` holds whatever the rate.
+    On ``u = log10(update_ratio)`` the detector keeps a fast level (EWMA, weight ``alpha``) and a slow
+    reference (EWMA, weight ``ref_alpha``: the run's settled level). The upper edge is ``high`` (violent
+    updates, whatever the run), once the level has been under it: the first steps from a small initialisation
+    (a linear model's weights near 0, Adam's first updates of about ``lr`` per weight) often change the
+    weights by more than a tenth, which is how the run starts, not a change in it. Once the reference has
+    settled (after ``settle`` values) it comes down to ``band_top`` (the top of the usual band 1e-4..1e-3) for
+    a level at least ``jump`` decades above the reference: updates an order of magnitude larger than the run's
+    own. A small network trained with plain SGD at a high learning rate lives well at 1e-2, so the edge is the
+    run's own. Fires ``update_ratio_high`` when the level crosses the edge, after ``warmup`` values. The
+    learning rate, the optional second input (``nan`` when unknown), takes its share of a jump: its own level
+    and reference (the same EWMAs of ``log10(lr)``, fed at the steps with a ratio) are kept, and the decades
+    its level rose above its reference are taken off the ratio's rise, so a warm restart that lifts the rate
+    40-fold and the updates with it is the schedule, not violent updates; the hard edge ``high`` holds
+    whatever the rate.
 
-    ``onset_step`` is the first value of the excursion. After an event it fires again only once the
-    level came back under the edge by :data:`REARM` (a factor of 2), and not within ``cooldown``
-    steps of the last event. Non-positive and non-finite ratios are skipped.
+    ``onset_step`` is the first value of the excursion. After an event it fires again only once the level came
+    back under the edge by :data:`REARM` (a factor of 2), and not within ``cooldown`` steps of the last event.
+    Non-positive and non-finite ratios are skipped. **Rate**: ``update_ratio_high`` 1 alarm in 308,865 tuning
+    healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
 
     Args:
         high: hard upper edge, > band_top.

@@ -42,6 +42,9 @@ class UpdateRatioBelowBand(Detector):
     :data:`~trainsignals.detectors.update_ratio_above_band.REARM` (a factor of 2), and not within
     ``cooldown`` steps of the last event. Non-positive and non-finite ratios are skipped.
 
+    **Rate**: ``update_ratio_low`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its
+    defaults (``calibration.json``; budget 0.5 per 10,000 steps).
+
     Args:
         low: hard lower edge, > 0.
         soft_low: lower edge that needs a drop from the run's own level, >= low.
