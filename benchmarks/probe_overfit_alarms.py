@@ -10,7 +10,14 @@ climb the run never took back is one the user would want to hear of, whatever th
 meander it took back is a false alarm. This script scores nothing and tunes nothing: it reads the
 alarms and the curves, and prints each case and the counts.
 
-SUITE is anything ``trainsignals bench --suite`` takes (``heldout``, ``real``, ``dev``, a folder).
+It also asks the question the other way round: which healthy runs end with their validation loss
+at least 10 % above its best (the median of the last three validations, the bar of the builder's
+healthy check), although the check let them through: the climb was not *steady* (Kendall's tau
+below 0.5 over every validation after the best: a climb that levels off), or the best came fewer
+than 5 validations before the end; and how many of those drew an overfitting alarm.
+
+SUITE is anything ``trainsignals bench --suite`` takes (``heldout``, ``real``, ``dev``, a folder);
+with several, a last line sums them.
 """
 
 from __future__ import annotations
@@ -25,6 +32,43 @@ from trainsignals.eval.bench import SUITE_ALIASES
 
 #: a climb the run kept: its validation loss stayed at least this far above the best, relative
 MARGIN = 0.01
+#: the builder's healthy check: a run overfits when its last three validations sit this far above the
+#: best and the validations after the best rise steadily (``trainsignals.curves.labels``)
+END_RISE, STEADY_TAU = 0.10, 0.5
+
+
+def tau_against_time(y: np.ndarray) -> float:
+    """Kendall's tau of ``y`` against its order (the healthy check's statistic; nan under 2 values)."""
+    n = len(y)
+    if n < 2:
+        return float("nan")
+    s = sum(float(np.sign(y[i + 1:] - y[i]).sum()) for i in range(n - 1))
+    return 2.0 * s / (n * (n - 1))
+
+
+def climbs_let_through(suite: str) -> tuple[int, int, int]:
+    """Healthy runs of ``suite`` whose validation ends ``END_RISE`` above its best: (runs with a validation
+    loss, such runs, those of them with an overfitting alarm), each printed."""
+    runs = ended_up = alarmed = 0
+    for c in load_suite(SUITE_ALIASES.get(suite, suite)):
+        sig = c.signals()
+        if str(getattr(c.kind, "value", c.kind)) != "healthy" or "val_loss" not in sig:
+            continue
+        runs += 1
+        vs, vv = sig["val_loss"]
+        b = int(np.nanargmin(vv))
+        after = vv[b + 1:]
+        if len(after) < 3 or np.nanmedian(vv[-3:]) < (1.0 + END_RISE) * vv[b]:
+            continue
+        ended_up += 1
+        total = int(getattr(c, "total_steps", None) or len(c.steps))
+        hit = any(e.kind is ts.Kind.OVERFITTING and e.severity != "info"
+                  for e in ts.Monitor(total_steps=total).scan(**sig))
+        alarmed += hit
+        print(f"  {c.name:44s} healthy: last three validations {np.nanmedian(vv[-3:]) / vv[b]:.3f}x the best "
+              f"(step {int(vs[b])}), {len(after)} validations after it, tau {tau_against_time(after):.2f}; "
+              f"overfitting alarm: {'yes' if hit else 'no'}")
+    return runs, ended_up, alarmed
 
 
 def audit(suite: str) -> tuple[int, int, int]:
@@ -61,12 +105,22 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suites", nargs="*", default=["heldout"])
     args = ap.parse_args(argv)
+    sums = np.zeros(6, dtype=int)
     for suite in args.suites:
         print(f"{suite}:")
         n, kept, back = audit(suite)
         print(f"{suite}: {n} overfitting alarms on healthy stretches; {kept} climbs the run kept "
               f"(validation loss >= {1 + MARGIN:g}x its best to the end of the stretch), {back} taken back, "
               f"{n - kept - back} with no validation after the alarm")
+        runs, up, hit = climbs_let_through(suite)
+        print(f"{suite}: {up} of {runs} healthy runs end >= {1 + END_RISE:g}x their best validation loss "
+              f"(let through by the healthy check: not steady, or under 5 validations after the best); {hit} of them "
+              "drew an overfitting alarm")
+        sums += (n, kept, back, runs, up, hit)
+    if len(args.suites) > 1:
+        n, kept, back, runs, up, hit = sums.tolist()
+        print(f"all: {n} alarms on healthy stretches ({kept} kept, {back} taken back, {n - kept - back} no "
+              f"validation after); {up} of {runs} healthy runs end >= {1 + END_RISE:g}x their best, {hit} alarmed")
 
 
 if __name__ == "__main__":
