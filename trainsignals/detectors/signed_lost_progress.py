@@ -13,6 +13,20 @@ from ._base import Knob
 from ._ops import before_first_negative
 from .lost_progress import LOST_KEYS, LostProgress
 
+#: a block of values this many times as noisy as the run's blocks so far is a bad batch, not the run's
+#: noise: it counts at that many times (a cap of an order of magnitude, not chosen on any run)
+BLOCK_CAP = 10.0
+
+
+def _fold(total: float, count: int, block: list[float]) -> float:
+    """``total`` (the sum of ``count`` capped block means) with ``block``'s mean folded in, capped (a mean
+    that overflowed counts at the cap, or as 0 without a block before it).
+    """
+    m = sum(block) / len(block)
+    if count and total > 0.0:
+        return total + (m if m <= BLOCK_CAP * total / count else BLOCK_CAP * total / count)
+    return total + (m if m - m == 0.0 else 0.0)
+
 
 class SignedLostProgress(LostProgress):
     """Flags a loss that takes negative values and gave back a share of its progress, in its own units.
@@ -27,9 +41,11 @@ class SignedLostProgress(LostProgress):
     ``lost`` is the share ``frac`` of the progress the run had made (``start - low``: the level
     once the first ``window`` values are in, less the lowest level since). A run that made no
     progress has none to lose: the rule waits, and progress no larger than ``z`` times the run's
-    noise scale (the mean absolute second difference of every value since the first negative one,
-    over ``NOISE_PER_SD``) is none: a policy loss that sits at zero by design, logged to four
-    decimals, "progresses" by a rounding step. ``sd`` is the window's noise scale, as for
+    noise scale is none (a policy loss that sits at zero by design, logged to four decimals,
+    "progresses" by a rounding step). The run's noise scale: from the first negative value on, the
+    mean absolute second difference of each block of ``window`` values, averaged over the blocks
+    with each block capped at :data:`BLOCK_CAP` times the average so far (so one bad batch does not
+    raise it for the rest of the run), over ``NOISE_PER_SD``. ``sd`` is the window's noise scale, as for
     :class:`LostProgress`; onset, cooldown and re-arm are its too.
 
     The event is a critical ``divergence``. **Rate:** not calibrated (no knob): the tuning
@@ -57,9 +73,11 @@ class SignedLostProgress(LostProgress):
         []
     """
 
+    # the noise scale's state in slots: the instance keeps CPython's fast attribute layout (29 at most)
+    __slots__ = ("_nsum", "_ncount", "_part", "_blk")
     knob: ClassVar[Knob | None] = None
     _units = "value"
-    _state_keys: ClassVar[tuple[str, ...]] = (*LOST_KEYS, "signed", "nsum", "ncount")
+    _state_keys: ClassVar[tuple[str, ...]] = (*LOST_KEYS, "signed", "nsum", "ncount", "part")
 
     def __init__(self, window: int = 20, z: float = 3.0, frac: float = 0.5, cooldown: int = 100,
                  signal: str = "loss") -> None:
@@ -71,8 +89,11 @@ class SignedLostProgress(LostProgress):
     def _reset(self) -> None:
         super()._reset()
         self._signed = False  # a negative value was seen: the rule watches from it on
-        self._nsum, self._ncount = 0.0, 0  # the absolute second differences since then: their sum and count
-        self._blk: tuple[np.ndarray, np.ndarray] | None = None  # the same after each value of a batch block
+        # the absolute second differences since then: their whole blocks' capped means (sum, count), the
+        # block under way; in a batch block, the sum and count after each value
+        self._nsum, self._ncount = 0.0, 0
+        self._part: list[float] = []
+        self._blk: tuple[np.ndarray, np.ndarray] | None = None
 
     def _step(self, x: float, step: int, log_x: float | None = None) -> Event | None:
         if not self._signed:
@@ -81,8 +102,12 @@ class SignedLostProgress(LostProgress):
                 return None
             self._signed = True
         if x - x == 0.0 and len(buf := self._buf) >= 2:
-            self._nsum += abs(x - 2.0 * buf[-1] + buf[-2])
-            self._ncount += 1
+            d = abs(x - 2.0 * buf[-1] + buf[-2])
+            if d - d == 0.0:  # overflowed (values near the float range): says nothing of the noise
+                self._part.append(d)
+                if len(self._part) == self.window:
+                    self._nsum = _fold(self._nsum, self._ncount, self._part)
+                    self._ncount, self._part = self._ncount + 1, []
         return super()._step(x, step)
 
     def _need(self) -> float:
@@ -107,12 +132,20 @@ class SignedLostProgress(LostProgress):
             if len(self._buf) < 2:
                 return 0
             ext = np.concatenate((list(self._buf)[-2:], arrays[0][i:j]))
-            with np.errstate(invalid="ignore"):  # values past the first non-finite one are never read
+            with np.errstate(over="ignore", invalid="ignore"):  # past the first non-finite value: never read
                 d2 = np.abs(ext[2:] - 2.0 * ext[1:-1] + ext[:-2])
-            self._blk = (np.cumsum(np.concatenate(([self._nsum], d2)))[1:], self._ncount + np.arange(1, j - i + 1))
+            ok, w, p = np.isfinite(d2), self.window, len(self._part)
+            seq = np.concatenate((self._part, d2[ok]))  # the block under way, continued
+            full = len(seq) // w
+            folded = [self._nsum]
+            for b, block in enumerate(seq[:full * w].reshape(full, w).tolist()):
+                folded.append(_fold(folded[-1], self._ncount + b, block))
+            blocks = (p + np.cumsum(ok)) // w  # whole blocks after each value
+            self._blk = (np.asarray(folded)[blocks], self._ncount + blocks)
             k = super()._fast(arrays, steps, i, j)
             if k:
                 self._nsum, self._ncount = float(self._blk[0][k - 1]), int(self._blk[1][k - 1])
+                self._part = seq[int(blocks[k - 1]) * w:p + int(ok[:k].sum())].tolist()
             self._blk = None
             return k
         k = before_first_negative(arrays[0], i, j)
