@@ -28,22 +28,14 @@ import numpy as np
 
 import trainsignals as ts
 from trainsignals.curves import load_suite
+from trainsignals.curves.labels import kendall_tau
 from trainsignals.eval.bench import SUITE_ALIASES
 
 #: a climb the run kept: its validation loss stayed at least this far above the best, relative
 MARGIN = 0.01
 #: the builder's healthy check: a run overfits when its last three validations sit this far above the
-#: best and the validations after the best rise steadily (``trainsignals.curves.labels``)
-END_RISE, STEADY_TAU = 0.10, 0.5
-
-
-def tau_against_time(y: np.ndarray) -> float:
-    """Kendall's tau of ``y`` against its order (the healthy check's statistic; nan under 2 values)."""
-    n = len(y)
-    if n < 2:
-        return float("nan")
-    s = sum(float(np.sign(y[i + 1:] - y[i]).sum()) for i in range(n - 1))
-    return 2.0 * s / (n * (n - 1))
+#: best (and the validations after it rise steadily: ``trainsignals.curves.labels.check_healthy``)
+END_RISE = 0.10
 
 
 def climbs_let_through(suite: str) -> tuple[int, int, int]:
@@ -66,7 +58,7 @@ def climbs_let_through(suite: str) -> tuple[int, int, int]:
                   for e in ts.Monitor(total_steps=total).scan(**sig))
         alarmed += hit
         print(f"  {c.name:44s} healthy: last three validations {np.nanmedian(vv[-3:]) / vv[b]:.3f}x the best "
-              f"(step {int(vs[b])}), {len(after)} validations after it, tau {tau_against_time(after):.2f}; "
+              f"(step {int(vs[b])}), {len(after)} validations after it, tau {kendall_tau(after):.2f}; "
               f"overfitting alarm: {'yes' if hit else 'no'}")
     return runs, ended_up, alarmed
 

@@ -72,6 +72,7 @@ __all__ = [
     "check_healthy",
     "check_label",
     "divergence_verdict",
+    "kendall_tau",
     "label_run",
     "nanmedian",
     "oscillation_stats",
@@ -155,7 +156,8 @@ def _log(x: np.ndarray) -> np.ndarray:
         return np.log(np.asarray(x, dtype=np.float64))
 
 
-def _kendall_tau(y: np.ndarray) -> float:
+def kendall_tau(y: np.ndarray) -> float:
+    """Kendall's tau of ``y`` against its order (1: every value above all before it; nan under 2 values)."""
     y = np.asarray(y, dtype=np.float64)
     n = len(y)
     if n < 2:
@@ -359,7 +361,7 @@ def _check_overfitting(c: Curve, onset: int) -> CheckResult:
         return CheckResult("overfitting", False, f"{int(after.sum())} validations after the onset (needs >= 5)")
     v0 = float(c.val_loss[at][0])
     va = c.val_loss[after]
-    tau = _kendall_tau(va)
+    tau = kendall_tau(va)
     last = nanmedian(va[-3:]) / v0
     t_at = nanmedian(c.loss[max(0, onset - 25):onset + 25])
     t_end = nanmedian(c.loss[-50:])
@@ -387,7 +389,7 @@ def check_healthy(c: Curve) -> CheckResult:
     if len(c.val_loss):
         b = int(np.argmin(np.where(np.isfinite(c.val_loss), c.val_loss, np.inf)))
         va = c.val_loss[b + 1:]
-        if len(va) >= 5 and _kendall_tau(va) >= 0.5 and nanmedian(va[-3:]) >= 1.1 * float(c.val_loss[b]):
+        if len(va) >= 5 and kendall_tau(va) >= 0.5 and nanmedian(va[-3:]) >= 1.1 * float(c.val_loss[b]):
             return CheckResult(HEALTHY, False, "validation loss rises steadily after its best (overfitting)")
     for j, name in enumerate(c.act_layer_names):
         if _consecutive(c.dead_frac[:, j] >= 0.9, 3) >= 0:
