@@ -179,7 +179,9 @@ def headline(results) -> str:
     note = (f"Right-kind detection within the window after onset, {n}. The held-out suite "
             "(`datasets/real_heldout/`: five model families the tuning suites lack) was built once (and rebuilt with its "
             "own command when its healthy label came to need an unchanged twin in every signal, and when "
-            "the builder came to record a classifier's answers, every earlier value kept) and "
+            "the builder came to record a classifier's answers, every earlier value kept; rechecked when the "
+            "label checks came to ask a faulty run to be healthy until its onset, which dropped 4 runs that "
+            "had begun to overfit before their fault) and "
             "never used to choose a threshold; the other two are the suites the defaults were chosen on, "
             "so their figures show fit, not quality. Best baseline: the best of the baselines that "
             "`trainsignals bench` runs beside the Monitor, for that kind.")

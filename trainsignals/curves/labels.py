@@ -3,9 +3,9 @@
 Every real run's label (:mod:`trainsignals.curves.real_runs`, :mod:`trainsignals.curves.families`)
 is verified by an automatic check on the recorded signals, never on a detector's output:
 :func:`check_label` checks one kind, :func:`label_run` decides a freshly trained run's label
-(checking the kinds of :data:`PRECEDENCE` first, then the intended kind, then its
-:data:`FALLBACKS`; a run none of them passes is dropped), :func:`relabel` gives a curve another
-label. Learning-rate bumps are checked for a divergence first: a bump meant to make the loss
+(dropping a faulty run whose stretch before the onset is not healthy, then checking the kinds of
+:data:`PRECEDENCE` first, then the intended kind, then its :data:`FALLBACKS`; a run none of them
+passes is dropped), :func:`relabel` gives a curve another label. Learning-rate bumps are checked for a divergence first: a bump meant to make the loss
 oscillate that made the run diverge is a divergence; a bump meant to make it diverge that made
 it swing without diverging is an oscillation.
 
@@ -44,9 +44,20 @@ window of the kind, :func:`trainsignals.kinds.default_window`):
 * ``healthy``: finite everywhere; the loss level of the last 5 % is at most 0.7x that of the
   first 20 steps; the smoothed (51-step) loss never gives back more than 25 % of the progress
   made so far; no steady rise of the validation loss after its best (5 validations, Kendall's
-  tau >= 0.5, 10 % up); no activation layer 90 % dead or 50 % saturated in 3 consecutive
-  samples; the grad norm level of the last 10 % is at least 1/30 of that of steps 10..60; every
-  layer's grad norm level (second half) is within 3 decades of the median layer's.
+  tau >= 0.5, 10 % up) and no validation climb it ends on (:func:`validation_climb`: the
+  validation level, the median of 3 successive validations, ends at least 10 % above its lowest);
+  no activation layer 90 % dead or 50 % saturated in 3 consecutive samples; the grad norm level
+  of the last 10 % is at least 1/30 of that of steps 10..60; every layer's grad norm level
+  (second half) is within 3 decades of the median layer's.
+
+**A faulty run is a healthy run until its onset** (:func:`check_before_onset`): the stretch
+before the onset passes the healthy checks that apply to part of a run (finite; no validation
+climb it ends on; no activation layer 90 % dead or 50 % saturated in 3 samples). The whole-run
+checks (learned, progress given back, grad norm late against early, layers' spread) are left
+out: they measure against progress a run may not have made when its fault comes. A run
+that already failed on its own before its fault, most often a small data set that its net had
+begun to overfit, is dropped by :func:`label_run`: an alarm on it before the onset would be
+counted as false while the run's own validation curve says it was true.
 
 :func:`divergence_verdict` and :func:`oscillation_verdict` are the divergence and oscillation
 checks on a bare loss series (the edge-of-stability sweep runs them on a copy of the run);
@@ -69,6 +80,7 @@ __all__ = [
     "FALLBACKS",
     "PRECEDENCE",
     "CheckResult",
+    "check_before_onset",
     "check_healthy",
     "check_label",
     "divergence_verdict",
@@ -81,6 +93,7 @@ __all__ = [
     "relabel",
     "robust_sd",
     "running_median",
+    "validation_climb",
 ]
 
 #: Kinds a run is relabelled to, in order, when the check of its intended kind fails.
@@ -370,6 +383,83 @@ def _check_overfitting(c: Curve, onset: int) -> CheckResult:
                                           f"{last:.3g}x the best (needs >= 1.1); training loss {t_end / t_at:.3g}x (needs <= 0.9)")
 
 
+def validation_climb(val_loss: np.ndarray) -> float:
+    """How far the validation loss ends above its lowest level: the last level over the lowest.
+
+    A level is the median of 3 successive validations, so that one lucky draw neither sets the
+    lowest nor ends the run; a climb of 10 % (1.1) is the rise the overfitting check asks for.
+    1.0 with fewer than 5 validations or when the last level is the lowest.
+
+    Example:
+        >>> round(validation_climb(np.array([1.0, 0.8, 0.7, 0.72, 0.8, 0.85, 0.9])), 3)  # levels .8 .72 .72 .8 .85
+        1.181
+        >>> round(validation_climb(np.array([1.0, 0.8, 0.5, 0.8, 0.78, 0.79])), 3)  # a lucky 0.5 sets no level
+        1.013
+    """
+    v = np.asarray(val_loss, dtype=np.float64)
+    if len(v) < 5:
+        return 1.0
+    levels = np.array([nanmedian(v[i:i + 3]) for i in range(len(v) - 2)])
+    low = float(np.nanmin(levels)) if np.isfinite(levels).any() else math.nan
+    end = float(levels[-1])
+    return end / low if low > 0.0 and end > low else 1.0
+
+
+def _gave_back(loss: np.ndarray) -> float:
+    """The most of its progress the smoothed (51-step) loss gave back, from step 50 on (0 before):
+    a whole-run check, measured against the progress the run made (a stretch may have made none).
+    """
+    if len(loss) <= 50:
+        return 0.0
+    first = nanmedian(loss[:20])
+    sm = running_median(loss, 51)
+    best = np.minimum.accumulate(sm)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lost = (sm - best) / np.maximum(first - best, 1e-12)
+    return float(np.max(lost[50:]))
+
+
+def _healthy_stretch(c: Curve, n: int) -> CheckResult | None:
+    """The healthy checks that apply to the first ``n`` steps of ``c`` (and its samples before
+    step ``n``): finite, no validation climb, no dead or saturated layer. The failed one, or
+    ``None`` when all pass.
+    """
+    if not (np.isfinite(c.loss[:n]).all() and np.isfinite(c.grad_norm[:n]).all()):
+        return CheckResult(HEALTHY, False, "non-finite loss or grad norm")
+    vals = c.val_loss[c.val_steps < n]
+    if len(vals):
+        b = int(np.argmin(np.where(np.isfinite(vals), vals, np.inf)))
+        va = vals[b + 1:]
+        if len(va) >= 5 and kendall_tau(va) >= 0.5 and nanmedian(va[-3:]) >= 1.1 * float(vals[b]):
+            return CheckResult(HEALTHY, False, "validation loss rises steadily after its best (overfitting)")
+        if (climb := validation_climb(vals)) >= 1.1:
+            return CheckResult(HEALTHY, False, f"validation loss ends {climb:.3g}x its lowest level (median of 3 "
+                                               "validations; needs < 1.1: overfitting)")
+    acts = c.act_steps < n
+    for j, name in enumerate(c.act_layer_names):
+        if _consecutive(c.dead_frac[acts, j] >= 0.9, 3) >= 0:
+            return CheckResult(HEALTHY, False, f"{name} is >= 90 % dead in 3 samples")
+        if _consecutive(c.saturation[acts, j] >= 0.5, 3) >= 0:
+            return CheckResult(HEALTHY, False, f"{name} is >= 50 % saturated in 3 samples")
+    return None
+
+
+def check_before_onset(c: Curve, onset: int | None = None) -> CheckResult:
+    """The healthy checks that apply to part of a run, on the steps of ``c`` before ``onset``
+    (default: its label's onset): a faulty run must be a healthy run until its fault.
+
+    Raises:
+        ValueError: no onset (a healthy run, or ``onset`` < 0).
+    """
+    onset = c.onset_step if onset is None else onset
+    if onset is None or onset < 0:
+        raise ValueError(f"onset must be a step >= 0, got {onset!r}")
+    failed = _healthy_stretch(c, int(onset))
+    if failed is not None:
+        return CheckResult(HEALTHY, False, f"before the onset (step {onset}): {failed.reason}")
+    return CheckResult(HEALTHY, True, f"the {onset} steps before the onset pass the healthy checks of a stretch")
+
+
 def check_healthy(c: Curve) -> CheckResult:
     """The healthy check (module docstring) of the whole run ``c``."""
     n = c.total_steps
@@ -379,23 +469,10 @@ def check_healthy(c: Curve) -> CheckResult:
     last = nanmedian(c.loss[-max(20, n // 20):])
     if last > 0.7 * first:
         return CheckResult(HEALTHY, False, f"did not learn: final loss {last / first:.3g}x the initial (needs <= 0.7)")
-    sm = running_median(c.loss, 51)
-    best = np.minimum.accumulate(sm)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lost = (sm - best) / np.maximum(first - best, 1e-12)
-    regress = float(np.max(lost[50:])) if n > 50 else 0.0
-    if regress > 0.25:
+    if (regress := _gave_back(c.loss)) > 0.25:
         return CheckResult(HEALTHY, False, f"the smoothed loss gave back {regress:.0%} of the progress made (max 25 %)")
-    if len(c.val_loss):
-        b = int(np.argmin(np.where(np.isfinite(c.val_loss), c.val_loss, np.inf)))
-        va = c.val_loss[b + 1:]
-        if len(va) >= 5 and kendall_tau(va) >= 0.5 and nanmedian(va[-3:]) >= 1.1 * float(c.val_loss[b]):
-            return CheckResult(HEALTHY, False, "validation loss rises steadily after its best (overfitting)")
-    for j, name in enumerate(c.act_layer_names):
-        if _consecutive(c.dead_frac[:, j] >= 0.9, 3) >= 0:
-            return CheckResult(HEALTHY, False, f"{name} is >= 90 % dead in 3 samples")
-        if _consecutive(c.saturation[:, j] >= 0.5, 3) >= 0:
-            return CheckResult(HEALTHY, False, f"{name} is >= 50 % saturated in 3 samples")
+    if (failed := _healthy_stretch(c, n)) is not None:
+        return failed
     g_early = nanmedian(c.grad_norm[10:60])
     g_late = nanmedian(c.grad_norm[-max(20, n // 10):])
     if g_late < g_early / 30.0:
@@ -468,7 +545,8 @@ def label_run(curve: Curve) -> tuple[Curve | None, CheckResult, list[CheckResult
     For an overfitting run the onset becomes the validation step of the lowest validation loss
     at or after the injection (:func:`overfitting_onset`). The kinds in :data:`PRECEDENCE` are
     checked first, then the intended kind, then its :data:`FALLBACKS`; the first that passes
-    is the label.
+    is the label. A faulty run whose stretch before the onset fails :func:`check_before_onset`
+    is dropped: it failed on its own before its fault.
 
     Returns:
         ``(curve or None when dropped, the deciding check, every check made)``.
@@ -483,6 +561,9 @@ def label_run(curve: Curve) -> tuple[Curve | None, CheckResult, list[CheckResult
         if onset < 0:
             res = CheckResult("overfitting", False, "no validation after the injection")
             return None, res, [res]
+    before = check_before_onset(curve, onset)  # a run that failed on its own before its fault fits no label
+    if not before.passed:
+        return None, before, [before]
     order = [*PRECEDENCE.get(intended, ()), intended, *FALLBACKS.get(intended, ())]
     made: list[CheckResult] = []
     for kind in dict.fromkeys(order):

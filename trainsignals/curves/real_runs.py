@@ -74,9 +74,13 @@ signals (never on a detector's output); a run whose check fails is relabelled to
 kind if that kind's check passes, or dropped; the manifest lists the dropped runs with their
 checks. Learning-rate bumps are checked for a divergence first: a bump meant to make the loss
 oscillate that made the run diverge is a divergence; a bump meant to make it diverge that
-made it swing without diverging is an oscillation. The checks are those of
+made it swing without diverging is an oscillation. A faulty run must also be healthy until its
+onset (:func:`~trainsignals.curves.labels.check_before_onset`): a net that had begun to overfit
+its small data set before its fault came is dropped. The checks are those of
 :mod:`trainsignals.curves.labels` (:func:`~trainsignals.curves.labels.check_label`,
 :func:`~trainsignals.curves.labels.label_run`; its docstring states each check).
+``python -m trainsignals.curves.real_runs recheck DIR`` (:func:`recheck`) applies the current
+checks to a built suite without training again.
 
 **Storage**: :func:`build` writes ``datasets/real`` in exactly the format of the synthetic suite
 (:func:`trainsignals.curves.write_suite`: one zstd Arrow IPC file per kind plus
@@ -147,6 +151,8 @@ from trainsignals.curves import HEALTHY, Curve, families, write_suite
 from trainsignals.curves.families import DEV_FAMILIES, HELDOUT_FAMILIES
 from trainsignals.curves.labels import (
     CheckResult,
+    check_before_onset,
+    check_healthy,
     check_label,
     divergence_verdict,
     label_run,
@@ -189,6 +195,7 @@ __all__ = [
     "default_directory",
     "label_run",
     "plan_suite",
+    "recheck",
     "run",
     "train",
     "train_with_info",
@@ -880,6 +887,51 @@ def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_ki
     return manifest
 
 
+def recheck(folder: str | Path) -> list[dict[str, Any]]:
+    """Apply the current label checks to a built suite; drop the runs they reject.
+
+    A healthy run gets :func:`~trainsignals.curves.labels.check_healthy`; a faulty one
+    :func:`~trainsignals.curves.labels.check_before_onset` and the check of its kind. The runs
+    that pass are written back in their order (their values untouched); the others move to the
+    manifest's ``dropped`` list, with the check that rejected them and ``"recheck": true``. The
+    builds are deterministic, so a rebuild with the same command trains the same runs and drops
+    these too, without the hours of training (a rebuild could instead relabel a dropped faulty
+    run healthy when its twin shows no effect on its *intended* kind: the recheck has no twin
+    trace to tell). The manifest's ``rechecks`` lists each recheck with what it dropped.
+
+    Returns:
+        The manifest entries of the runs dropped now (empty: the suite is unchanged, not rewritten).
+    """
+    from trainsignals.curves import load_suite
+
+    folder = Path(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    entries = {e["name"]: e for e in manifest["curves"]}
+    kept, gone = [], []
+    for c in load_suite(folder):
+        res = check_healthy(c) if c.kind == HEALTHY else check_before_onset(c)
+        if res.passed and c.kind != HEALTHY:
+            res = check_label(c)
+        if res.passed:
+            kept.append(c)
+            continue
+        e = entries[c.name]
+        gone.append({"name": c.name, "intended_kind": e.get("intended_kind", c.kind), "kind": c.kind,
+                     "checks": [{"kind": res.kind, "passed": False, "reason": res.reason}],
+                     **{k: e[k] for k in ("config", "twin") if k in e}, "recheck": True})
+    if not gone:
+        return []
+    write_suite(kept, folder, seed=manifest.get("seed"))
+    names = {c.name for c in kept}
+    manifest["curves"] = [e for e in manifest["curves"] if e["name"] in names]
+    manifest["dropped"] = [*manifest.get("dropped", []), *gone]
+    manifest.setdefault("rechecks", []).append(
+        {"command": f"python -m trainsignals.curves.real_runs recheck {folder}",
+         "dropped": [g["name"] for g in gone]})
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return gone
+
+
 def _default_per_kind(heldout: bool, dev: bool) -> int:
     return 7 if heldout else (5 if dev else 16)
 
@@ -900,7 +952,7 @@ def _plan_index(plan: Sequence[RunSpec], name: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trainsignals.curves.real_runs build [--out DIR] [--seed 0] [--jobs 2]``."""
+    """``python -m trainsignals.curves.real_runs build [--out DIR] [--seed 0] [--jobs 2]``, or ``recheck DIR``."""
     parser = argparse.ArgumentParser(prog="python -m trainsignals.curves.real_runs",
                                      description=(__doc__ or "").splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -918,7 +970,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--dev", action="store_true",
                        help="build the development suite (tuning families beside datasets/real; "
                             "default folder datasets/real_dev)")
+    r = sub.add_parser("recheck", help="apply the current label checks to a built suite and drop the runs they reject")
+    r.add_argument("folder", type=Path, help="the suite's folder (e.g. datasets/real_heldout)")
     args = parser.parse_args(argv)
+    if args.command == "recheck":
+        gone = recheck(args.folder)
+        for g in gone:
+            print(f"dropped {g['name']}: {g['checks'][0]['reason']}")
+        print(f"{args.folder}: {len(gone)} run(s) dropped" + ("" if gone else " (unchanged)"))
+        return 0
     if args.per_kind is None:
         args.per_kind = _default_per_kind(args.heldout, args.dev)
     if args.healthy is None:

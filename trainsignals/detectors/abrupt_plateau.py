@@ -34,7 +34,7 @@ class AbruptPlateau(PlateauRule):
     judge those runs). ``onset_step`` is the first value of the plateau. After an event the rule
     is quiet until the best improves by ``delta`` again, and for ``cooldown`` steps.
 
-    **Rate**: ``stall_abrupt`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``stall_abrupt`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

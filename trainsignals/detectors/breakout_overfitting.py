@@ -35,7 +35,7 @@ class BreakoutOverfitting(WobbleRule):
     re-arms once a validation has come back at least halfway, in log space, from the rise it
     reported towards the best; after an event it is quiet for ``cooldown`` steps in any case.
 
-    **Rate**: ``breakout_overfitting`` 3 alarms in 308,865 steps of the tuning suites' healthy runs at its
+    **Rate**: ``breakout_overfitting`` 3 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -27,7 +27,7 @@ class MemorisationClimbOverfitting(ValGapRule):
     come back at least halfway, in log space, from the rise it reported towards the best; after
     an event it is quiet for ``cooldown`` steps in any case.
 
-    **Rate**: ``climb_overfitting`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its
+    **Rate**: ``climb_overfitting`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -34,7 +34,7 @@ class ConfirmedZSpike(EWMAZSpike):
     re-arm, ``cooldown`` in steps from the jump) is :class:`EWMAZSpike`'s, with the same parameters;
     ``signal`` may be any scalar but the loss.
 
-    **Rate**: ``grad_explosion`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``grad_explosion`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Example:

@@ -33,7 +33,7 @@ class EarlyClimbDivergence(Detector):
     that keeps climbing after that is reported again). Non-positive and non-finite values are
     skipped.
 
-    **Rate**: ``early_climb`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``early_climb`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -35,7 +35,7 @@ class EWMAZSpike(EWMAJump, Detector):
     :class:`LevelShift` reports that case). ``cooldown`` adds a number of *steps* after an event
     without a new one (0 by default: the watch already holds events back).
 
-    **Rate**: ``loss_spike`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``loss_spike`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

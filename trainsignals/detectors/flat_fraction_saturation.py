@@ -24,7 +24,7 @@ class FlatFractionSaturation(LayerFraction):
     sample at which the fraction was still within ``margin`` of the layer's own running
     baseline (EWMA, weight ``alpha``, of the samples below threshold).
 
-    **Rate**: ``saturation`` 0 alarms in 305,875 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``saturation`` 0 alarms in 301,829 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -44,7 +44,7 @@ class FrozenUpdatePlateau(PlateauRule):
     ``onset_step`` is the first value of the plateau. After an event the rule is quiet until the best improves
     by ``delta`` again, and for ``cooldown`` steps. Non-positive and non-finite losses are skipped with their
     update ratio; a non-finite ratio counts as not measured. **Rate**: ``stall_frozen_updates`` 0 alarms in
-    308,865 tuning healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
+    304,819 tuning healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
 
     Args:
         patience: values without improvement before a stall, >= 2.

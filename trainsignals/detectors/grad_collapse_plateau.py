@@ -33,7 +33,7 @@ class GradCollapsePlateau(GradPlateauRule):
     planned steps (the default suite does this from ``total_steps``). Non-positive and
     non-finite losses are skipped with their grad norm; a missing grad norm is ``nan``.
 
-    **Rate**: ``stall_grad_collapse`` 1 alarm in 308,865 steps of the tuning suites' healthy runs at its
+    **Rate**: ``stall_grad_collapse`` 1 alarm in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -36,7 +36,7 @@ class GradCollapseSlowdown(GradPlateauRule):
     rule is quiet until the best improves by ``delta`` again, and for ``cooldown`` steps.
     Non-positive and non-finite losses are skipped with their grad norm.
 
-    **Rate**: ``stall_slowdown`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``stall_slowdown`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -33,7 +33,7 @@ class GradLossDecoupling(CouplingLevels):
     :class:`~trainsignals.detectors._coupling.CouplingLevels`), and is quiet for ``cooldown``
     steps in any case.
 
-    **Rate**: ``grad_decoupling`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``grad_decoupling`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -48,7 +48,7 @@ class JointCollapse(CouplingLevels):
     :class:`~trainsignals.detectors._coupling.CouplingLevels`), and is quiet for ``cooldown``
     steps in any case.
 
-    **Rate**: ``joint_collapse`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``joint_collapse`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -34,7 +34,7 @@ class LevelShift(EWMAJump, Detector):
     **Re-arm.** The median of the second half becomes the level, so the detector is armed again
     at once, against the new normal; a jump that came back leaves the old level in place.
 
-    **Rate**: ``loss_shift`` 0 alarms in 308,865 steps; ``grad_shift`` 0 alarms in 308,865 steps of the tuning
+    **Rate**: ``loss_shift`` 0 alarms in 304,819 steps; ``grad_shift`` 0 alarms in 304,819 steps of the tuning
     suites' healthy runs at its defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -31,7 +31,7 @@ class LevelStepOverfitting(WobbleRule):
     come back at least halfway, in log space, from the rise it reported towards the best; after
     an event it is quiet for ``cooldown`` steps in any case.
 
-    **Rate**: ``level_step_overfitting`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its
+    **Rate**: ``level_step_overfitting`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

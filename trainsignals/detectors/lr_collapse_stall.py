@@ -49,7 +49,7 @@ class LRCollapseStall(Detector):
     the rule is quiet until the learning rate comes back up by half the fall, and for
     ``cooldown`` steps in any case. Non-finite and negative learning rates are skipped.
 
-    **Rate**: ``lr_collapse`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``lr_collapse`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -40,7 +40,7 @@ class LRJumpAnomaly(Detector):
     schedule, which holds its rate between steps, has no such fall). After an event the rule is
     quiet for ``cooldown`` steps.
 
-    **Rate**: ``lr_anomaly`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``lr_anomaly`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

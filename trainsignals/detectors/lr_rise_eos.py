@@ -38,7 +38,7 @@ class LRRiseEdgeOfStability(Detector):
     event disarms the watch; no event in the first ``warmup`` values, nor for ``cooldown`` steps
     after one.
 
-    **Rate**: ``lr_edge_of_stability`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its
+    **Rate**: ``lr_edge_of_stability`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -23,7 +23,7 @@ class MedianGapGradCliff(LayerLevels):
     event in the first ``warmup`` values; no new event within ``cooldown`` steps of one. A
     grad norm of 0 is not measured (that layer keeps its levels).
 
-    **Rate**: ``layer_cliff_gap`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``layer_cliff_gap`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -51,10 +51,10 @@ class OneAnswerLossDrop(Detector):
     (``datasets/real`` and ``datasets/real_dev``, 149 runs that measure their answers) the level
     fell at most 0.22 decades in 50 values (0.24 in 100) at a step whose share was ``ONE_ANSWER``
     or more (untrained character models, which answer one character;
-    ``benchmarks/probe_one_answer_margin.py``): no alarm in the 308,865 tuning
+    ``benchmarks/probe_one_answer_margin.py``): no alarm in the tuning
     healthy steps, against a budget of one per 20,000 (``trainsignals/calibration.json``).
 
-    **Rate**: ``one_answer`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``one_answer`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

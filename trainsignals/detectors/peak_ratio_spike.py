@@ -39,7 +39,7 @@ class PeakRatioSpike(Detector):
     Per value the detector compares with the previous value first and takes the window's
     maximum only when that comparison passes.
 
-    **Rate**: ``loss_peak`` 0 alarms in 308,865 steps; ``grad_peak`` 0 alarms in 308,865 steps of the tuning
+    **Rate**: ``loss_peak`` 0 alarms in 304,819 steps; ``grad_peak`` 0 alarms in 304,819 steps of the tuning
     suites' healthy runs at its defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -42,7 +42,7 @@ class SwingRatioEdgeOfStability(Detector):
     the grad norm's too when known (the jump onto the plateau; the comparison works once the current window
     has left it). An event disarms it. ``onset_step``: the current window's first step; no event in the first
     ``warmup`` values, nor for ``cooldown`` steps after one. **Rate**: ``edge_of_stability`` 0 alarms in
-    308,865 tuning healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
+    304,819 tuning healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
 
     Args:
         window: the windows' unit, >= 8.

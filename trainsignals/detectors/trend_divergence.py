@@ -35,7 +35,7 @@ class TrendDivergence(Detector):
     an event the rule is quiet for ``cooldown`` steps (no other re-arm condition: a loss still
     climbing after that is reported again). Non-positive and non-finite values are skipped.
 
-    **Rate**: ``trend_divergence`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its
+    **Rate**: ``trend_divergence`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -50,7 +50,7 @@ class UpdateGapStall(Detector):
     update. Once per gap: the rule re-arms when an update comes, and stays quiet for
     ``cooldown`` steps after an event in any case.
 
-    **Rate**: ``frozen_optimizer`` 0 alarms in 308,865 steps; ``frozen_gradients`` 0 alarms in 308,865 steps
+    **Rate**: ``frozen_optimizer`` 0 alarms in 304,819 steps; ``frozen_gradients`` 0 alarms in 304,819 steps
     of the tuning suites' healthy runs at its defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -42,7 +42,7 @@ class UpdateRatioBelowBand(Detector):
     :data:`~trainsignals.detectors.update_ratio_above_band.REARM` (a factor of 2), and not within
     ``cooldown`` steps of the last event. Non-positive and non-finite ratios are skipped.
 
-    **Rate**: ``update_ratio_low`` 0 alarms in 308,865 steps of the tuning suites' healthy runs at its
+    **Rate**: ``update_ratio_low`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

@@ -66,7 +66,7 @@ class ValMetricChance(Detector):
     the 117 healthy runs of ``datasets/real`` (rebuilt with the answers): character models near
     their starting accuracy, back from one lucky validation; the held best, none (150,985 steps).
 
-    **Rate**: ``val_metric_chance`` 0 alarms in 150,985 steps of the tuning suites' healthy runs at its
+    **Rate**: ``val_metric_chance`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

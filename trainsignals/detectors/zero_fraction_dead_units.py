@@ -34,7 +34,7 @@ class ZeroFractionDeadUnits(LayerFraction):
     steps of one. ``onset_step`` is the last sample at which the fraction was still within
     ``margin`` of the layer's baseline.
 
-    **Rate**: ``dead_units`` 0 alarms in 305,875 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``dead_units`` 0 alarms in 301,829 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:
