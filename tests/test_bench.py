@@ -429,6 +429,29 @@ def test_cli_withhold_and_target_window(monkeypatch: pytest.MonkeyPatch, capsys:
         curves[0].withheld("loss")
 
 
+def test_cli_pools_several_suites_and_scores_them_with_the_first_ones_targets(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainsignals.curves import generate, write_suite
+
+    # two draws of the same plan: the same run names in each, as fresh held-out draws have; the
+    # first is named as the real suite is, so the pool has the real suite's targets (90 %, 3 %)
+    for seed, folder in ((0, "real"), (1, "b")):
+        write_suite([generate("stall", seed, "easy"), generate("healthy", seed, "easy")], tmp_path / folder)
+    a, b = str(tmp_path / "real"), str(tmp_path / "b")
+    pooled = bench.load_pooled([a, b])
+    assert [c.name for c in pooled] == [f"{s}/{c.name}" for s in (a, b) for c in bench._load_suite(s)]
+    assert len({c.name for c in pooled}) == 4
+    assert bench.main(["--json", "--no-baselines", "--per-curve", "--suite", a, "--suite", b]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["n_curves"] == 4 and d["suite"] == f"{a} + {b}"
+    assert sorted(c["name"] for c in d["scores"]["trainsignals"]["curves"]) == sorted(c.name for c in pooled)
+    assert bench.targets_for(d["suite"]) == bench.targets_for("real") != bench.targets_for(b)
+    with pytest.raises(ValueError, match="one suite"):
+        bench.main(["--leave-one-family-out", "--suite", a, "--suite", b])
+    with pytest.raises(ValueError, match="at least one"):
+        bench.load_pooled([])
+
+
 def test_withholding_the_validation_metric_keeps_the_validation_loss() -> None:
     from trainsignals.curves import generate
 

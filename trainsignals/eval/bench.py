@@ -85,6 +85,7 @@ __all__ = [
     "run_bench",
     "run_from_args",
     "score",
+    "load_pooled",
     "targets_for",
 ]
 
@@ -632,7 +633,9 @@ def score(
 def targets_for(suite: str) -> dict[str, float]:
     """The targets of a suite: :data:`TARGETS` with the suite's :data:`SUITE_TARGETS` overrides.
 
-    A suite given as a path is known by its folder's name (``datasets/real`` -> ``"real"``).
+    A suite given as a path is known by its folder's name (``datasets/real`` -> ``"real"``); a
+    pool of suites (``"a + b"``, as ``trainsignals bench --suite a --suite b`` names it) has the
+    targets of its first suite.
 
     Example:
         >>> targets_for("real")["detection_rate"], targets_for("synthetic")["detection_rate"]
@@ -640,6 +643,7 @@ def targets_for(suite: str) -> dict[str, float]:
     """
     from pathlib import PurePath
 
+    suite = suite.split(" + ")[0]
     t = dict(TARGETS)
     t.update(SUITE_TARGETS.get(suite, SUITE_TARGETS.get(PurePath(suite).name, {})))
     return t
@@ -941,6 +945,25 @@ def _default_monitor_factory() -> Callable[..., Any]:
     return Monitor
 
 
+def _suites(args: argparse.Namespace) -> list[str]:
+    """The ``--suite`` values (one name as a string is one suite; none: the synthetic suite)."""
+    given = getattr(args, "suite", None)
+    return [given] if isinstance(given, str) else list(given or ["synthetic"])
+
+
+def load_pooled(suites: Sequence[str]) -> list[Any]:
+    """The runs of several suites as one list, each renamed ``"<suite>/<name>"`` (names repeat across draws).
+
+    Raises:
+        ValueError: no suite.
+    """
+    if not suites:
+        raise ValueError("suites must name at least one suite")
+    import dataclasses
+
+    return [dataclasses.replace(c, name=f"{s}/{c.name}") for s in suites for c in _load_suite(s)]
+
+
 def _load_suite(suite: str) -> list[Any]:
     """Load ``suite``; the synthetic suite is regenerated (it is seeded) when not on disk."""
     from trainsignals.curves import load_suite, standard_suite
@@ -1074,9 +1097,10 @@ def rules_markdown(rates: Sequence[RuleRate], n_healthy: int | None = None) -> s
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``bench`` options to ``parser`` (for mounting under the main CLI)."""
     parser.add_argument(
-        "--suite", default="synthetic",
+        "--suite", action="append", default=None,
         help="labeled suite to score: synthetic, real, dev (datasets/real_dev), heldout (datasets/real_heldout) or a folder "
-             "(default: synthetic)"
+             "(default: synthetic); repeat it to score several suites as one pool (each run named suite/run, the "
+             "targets those of the first suite), e.g. the held-out suite with fresh held-out draws"
     )
     parser.add_argument(
         "--by-family", action="store_true",
@@ -1113,10 +1137,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run the bench as the parsed options say; the exit status."""
     from trainsignals.io._console import make_console
 
+    suites = _suites(args)
+    suite = suites[0] if len(suites) == 1 else " + ".join(suites)
     if getattr(args, "leave_one_family_out", False):
         from .calibrate import leave_one_family_out
 
-        lofo = leave_one_family_out("real" if args.suite == "synthetic" else args.suite)
+        if len(suites) > 1:
+            raise ValueError("--leave-one-family-out scores one suite: give --suite once")
+        lofo = leave_one_family_out("real" if suite == "synthetic" else suite)
         if args.json:
             sys.stdout.write(json.dumps(lofo.to_dict(), indent=2) + "\n")
         elif args.markdown:
@@ -1129,9 +1157,9 @@ def run_from_args(args: argparse.Namespace) -> int:
             console.print(lofo.family_table("in-sample"))
         return 0
     withheld = tuple(getattr(args, "withhold", ()) or ())
-    curves = None
+    curves = None if len(suites) == 1 else load_pooled(suites)
     if withheld:
-        curves = [c.withheld(*withheld) for c in _load_suite(args.suite)]
+        curves = [c.withheld(*withheld) for c in (curves if curves is not None else _load_suite(suite))]
         sys.stderr.write(f"scored without {', '.join(withheld)}\n")
     windows = None
     if getattr(args, "target_window", False):
@@ -1149,13 +1177,15 @@ def run_from_args(args: argparse.Namespace) -> int:
                                                                                log_every=log_every, **settings)
         sys.stderr.write(f"calibrated: {Path(args.calibration).name}'s values for {sorted(settings)}\n")
     if every > 1:
-        curves = [c.sampled(every) for c in (curves if curves is not None else _load_suite(args.suite))]
+        curves = [c.sampled(every) for c in (curves if curves is not None else _load_suite(suite))]
         factories = {name: _as_logged(f, every) for name, f in factories.items()}
         sys.stderr.write(f"scored as logged every {every} steps\n")
     detectors = factories if len(factories) > 1 or every > 1 else None
-    result = run_bench(suite=args.suite, baselines=not getattr(args, "no_baselines", False), curves=curves,
+    result = run_bench(suite=suite, baselines=not getattr(args, "no_baselines", False), curves=curves,
                        windows=windows, detectors=detectors)
     unmet = result.check_targets()
+    # what --rules reads: the runs as stored (one suite: loaded by name)
+    pooled = load_pooled(suites) if len(suites) > 1 and getattr(args, "rules", False) else None
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(per_curve=getattr(args, "per_curve", False)), indent=2))
         sys.stdout.write("\n")
@@ -1164,7 +1194,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         if getattr(args, "by_family", False):
             sys.stdout.write("\n" + result.family_markdown())
         if getattr(args, "rules", False):
-            sys.stdout.write("\n" + rules_markdown(rule_rates(args.suite)))
+            sys.stdout.write("\n" + rules_markdown(rule_rates(suite, pooled)))
     else:
         console = make_console()
         console.print(result.table())
@@ -1173,7 +1203,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         if getattr(args, "rules", False):
             from rich.table import Table
 
-            rates = rule_rates(args.suite)
+            rates = rule_rates(suite, pooled)
             table = Table(title="alarms on healthy runs, by detector")
             for col in ("detector", "kind", "alarms", "healthy runs alarmed", "per 10,000 healthy steps"):
                 table.add_column(col, justify="left" if col in ("detector", "kind") else "right")
