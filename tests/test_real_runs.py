@@ -88,6 +88,30 @@ def test_a_fault_that_takes_effect_is_kept_and_one_that_does_not_is_dropped(torc
     assert check_label(flat, "healthy").passed
 
 
+def test_the_twin_continues_the_run_without_its_fault_on_the_same_batches(torch: Any) -> None:
+    """At the onset a copy of the run continues without the fault: with a fault that changes
+    nothing (a learning rate x1) the twin's trace is the run's, value for value; with a x100
+    learning rate the run departs from it at once, and the twin check sees it."""
+    from trainsignals.curves.families import twin_check
+    from trainsignals.curves.real_runs import train_with_info
+
+    same_run, info = train_with_info(spec(name="divergence-mlp-1", kind="divergence", onset=150,
+                                          fault={"lr_mult": 1.0, "ramp": 0}))
+    twin = info["twin"]
+    n = len(twin["loss"])
+    assert twin["start"] == 150 and n > 50
+    for key in ("loss", "grad_norm", "lr", "update_ratio"):
+        np.testing.assert_array_equal(twin[key], getattr(same_run, key)[150:150 + n], err_msg=key)
+    np.testing.assert_array_equal(twin["val_loss"], same_run.val_loss[(same_run.val_steps >= 150)
+                                                                      & (same_run.val_steps < 150 + n)])
+    assert not twin_check(same_run, "divergence", twin)["visible"]
+    bumped, info = train_with_info(spec(name="divergence-mlp-0", kind="divergence", onset=150,
+                                        fault={"lr_mult": 100.0, "ramp": 0}))
+    np.testing.assert_array_equal(bumped.loss[:150], same_run.loss[:150])   # the same run up to the fault
+    np.testing.assert_array_equal(info["twin"]["loss"], twin["loss"])       # and the same twin
+    assert twin_check(bumped, "divergence", info["twin"])["visible"]
+
+
 def test_dead_units_check_on_a_real_bias_injection(torch: Any) -> None:
     fault = {"layer": 0, "fraction": 1.0, "bias": -50.0}
     dead = train(spec(name="dead_units-mlp-0", kind="dead_units", onset=100, fault=fault, steps=200))
@@ -106,8 +130,9 @@ def test_build_writes_a_suite_that_load_suite_reads(torch: Any, tmp_path: Path) 
     ]
     manifest = build(tmp_path, seed=7, jobs=1, specs=specs)
     curves = load_suite(tmp_path)
-    assert [c.name for c in curves] == ["divergence-mlp-0", "healthy-mlp-0"]
-    assert [d["name"] for d in manifest["dropped"]] == ["divergence-mlp-1"]
+    # a x1 learning rate is no fault: the run is its own twin in every signal, so it is healthy
+    assert [c.name for c in curves] == ["divergence-mlp-0", "healthy-mlp-0", "healthy-mlp-1-nofault-divergence"]
+    assert manifest["dropped"] == []
     again = _map([specs[1]], 1, None)[0]["curve"]   # trained like build: a fresh process, pinned kernels
     assert same(curves[0], again)      # stored exactly (float32 values)
     written = json.loads((tmp_path / "manifest.json").read_text())
@@ -115,6 +140,7 @@ def test_build_writes_a_suite_that_load_suite_reads(torch: Any, tmp_path: Path) 
     assert written["command"] == "python -m trainsignals.curves.real_runs build --seed 7"
     entry = written["curves"][0]
     assert entry["check"]["passed"] and entry["family"] == "mlp" and entry["config"]["fault"]["lr_mult"] == 100.0
+    assert entry["twin"]["visible"] and entry["twin"]["effect"] > entry["twin"]["threshold"]   # checked against its twin
 
 
 def test_build_gives_the_same_values_whatever_kernels_the_cpu_would_pick(torch: Any, tmp_path: Path,

@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -116,7 +116,7 @@ from trainsignals.curves.training import (
 from trainsignals.kinds import default_window
 
 __all__ = ["DEV_FAMILIES", "DEV_FAULT_FAMILIES", "DEV_OPTIMIZERS", "DEV_OVERSAMPLE", "HELDOUT_FAMILIES",
-           "HELDOUT_FAULT_FAMILIES", "NOFAULT", "injected", "draw_dev_spec", "draw_spec", "label_with_twin", "plan_dev", "plan_heldout",
+           "HELDOUT_FAULT_FAMILIES", "NOFAULT", "injected", "draw_dev_spec", "draw_spec", "label_with_twin", "plan_dev", "plan_heldout", "record_twin",
            "train", "twin_check", "untouched"]
 
 NOFAULT = "-nofault-"
@@ -1035,19 +1035,18 @@ def twin_length(spec: Any) -> int:
     return min(spec.steps - spec.onset, default_window(spec.kind, spec.steps) + 10)
 
 
-def _run_twin(ctx: _Ctx) -> dict[str, Any]:
-    """The run continued from the onset without the fault, on the same batches, recorded."""
-    spec = ctx.spec
-    saved = _states(ctx)
-    twin = ctx.fork()
+def record_twin(spec: Any, model: Any, opt: Any, step: Callable[[int, Any], Any]) -> dict[str, Any]:
+    """The counterfactual twin's trace: ``step(t, watcher)`` for the :func:`twin_length` steps from
+    ``spec.onset``, on ``model`` and ``opt`` (a copy of the run at its onset) watched by a recorder
+    of their own. The caller saves and restores the batch sampler's and the global RNG's states.
+    """
     n = twin_length(spec)
-    watcher, collector = watch(twin.model, twin.opt, spec)
+    watcher, collector = watch(model, opt, spec)
     try:
         for t in range(spec.onset, spec.onset + n):
-            twin.step(t, fault=False, mult=None, watcher=watcher)
+            step(t, watcher)
     finally:
         watcher.close()
-        _restore(ctx, saved)
     rows = collector.rows
     lgn = np.array([r[2][0] if r[2] is not None else np.full(len(watcher.layer_names), np.nan) for r in rows],
                    dtype=np.float64)
@@ -1063,6 +1062,17 @@ def _run_twin(ctx: _Ctx) -> dict[str, Any]:
         "val_loss": np.array([r[1]["val_loss"] for r in rows if "val_loss" in r[1]]),
         "dead_frac": np.array([a[0][0] for a in acts]).reshape(len(acts), -1) if acts else np.zeros((0, 0)),
     }
+
+
+def _run_twin(ctx: _Ctx) -> dict[str, Any]:
+    """The run continued from the onset without the fault, on the same batches, recorded."""
+    saved = _states(ctx)
+    twin = ctx.fork()
+    try:
+        return record_twin(ctx.spec, twin.model, twin.opt,
+                           lambda t, watcher: twin.step(t, fault=False, mult=None, watcher=watcher))
+    finally:
+        _restore(ctx, saved)
 
 
 def _edge(ctx: _Ctx, history: list[float]) -> tuple[float, list[list[Any]]]:

@@ -72,7 +72,12 @@ gradients (max norm 1, 2 or 5); the adapter then measures the norms before clipp
 **Labels are checked.** Every run's label is verified by an automatic check on the recorded
 signals (never on a detector's output); a run whose check fails is relabelled to its fallback
 kind if that kind's check passes, or dropped; the manifest lists the dropped runs with their
-checks. Learning-rate bumps are checked for a divergence first: a bump meant to make the loss
+checks. Every faulty run is also compared with its **counterfactual twin**: at the onset the
+model and optimizer are copied and the copy continues without the fault, on the same batches,
+for the kind's window (:func:`~trainsignals.curves.families.record_twin`); the label needs the
+faulty trace to differ from the twin's beyond noise in the kind's signal, and a fault that made
+no difference is relabelled healthy or dropped
+(:func:`~trainsignals.curves.families.label_with_twin`, as for the held-out families). Learning-rate bumps are checked for a divergence first: a bump meant to make the loss
 oscillate that made the run diverge is a divergence; a bump meant to make it diverge that
 made it swing without diverging is an oscillation. A faulty run must also be healthy until its
 onset (:func:`~trainsignals.curves.labels.check_before_onset`): a net that had begun to overfit
@@ -613,45 +618,73 @@ def _train(spec: RunSpec, torch: Any) -> tuple[Curve, dict[str, Any]]:
     model = _model(spec, data.n_classes, torch)
     opt = _optimizer(spec, model, torch)
     watcher, collector = watch(model, opt, spec)
-    loss_fn = torch.nn.functional.cross_entropy
     info: dict[str, Any] = {}
     mult: float | None = None
     try:
         for t in range(spec.steps):
-            if t == spec.onset and spec.fault.get("lr_mult") == "edge":
-                history = [r[1].get("loss", math.nan) for r in collector.rows]
-                mult, info["edge_of_stability"] = _edge_of_stability(spec, model, opt, data, history, torch)
-                info["lr_mult"] = mult
-            lr = spec.lr * schedule_factor(spec, t) * fault_lr_factor(spec, t, mult)
-            for group in opt.param_groups:
-                group["lr"] = float(np.float32(lr))
             if t == spec.onset:
-                _inject_weights(spec, model, torch)
-                if spec.kind == "overfitting":
-                    data.restrict(int(spec.fault["n_examples"]))
-            x, y = data.batch()
-            x, y = _corrupt(spec, data, x, y, t, torch)
-            out = model(x)
-            loss = loss_fn(out, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if spec.clip > 0:
-                watcher.capture_grads()     # the norms before clipping
-                torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
-            opt.step()
-            val = acc = None
-            if (t % spec.val_every == 0 and t > 0) or (t == 0 and spec.val_at_zero):
-                model.eval()
-                with torch.no_grad():
-                    out_val = model(data.x_val)
-                    val = loss_fn(out_val, data.y_val)
-                model.train()
-                acc = accuracy(out_val, data.y_val, torch)
-            share = top_share(out)  # the classifier's answers: this batch's top share
-            watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
+                info["twin"] = _twin(spec, model, opt, data, torch)
+                if spec.fault.get("lr_mult") == "edge":
+                    history = [r[1].get("loss", math.nan) for r in collector.rows]
+                    mult, info["edge_of_stability"] = _edge_of_stability(spec, model, opt, data, history, torch)
+                    info["lr_mult"] = mult
+            _step(spec, model, opt, data, t, watcher, torch, fault=True, mult=mult)
     finally:
         watcher.close()
     return to_curve(spec, collector.rows, watcher), info
+
+
+def _step(spec: RunSpec, model: Any, opt: Any, data: _Data, t: int, watcher: Any, torch: Any, *,
+          fault: bool, mult: float | None) -> None:
+    """Step ``t`` of a run (its fault applied when ``fault``), recorded by ``watcher``."""
+    lr = spec.lr * schedule_factor(spec, t) * (fault_lr_factor(spec, t, mult) if fault else 1.0)
+    for group in opt.param_groups:
+        group["lr"] = float(np.float32(lr))
+    if fault and t == spec.onset:
+        _inject_weights(spec, model, torch)
+        if spec.kind == "overfitting":
+            data.restrict(int(spec.fault["n_examples"]))
+    x, y = data.batch()
+    if fault:
+        x, y = _corrupt(spec, data, x, y, t, torch)
+    loss_fn = torch.nn.functional.cross_entropy
+    out = model(x)
+    loss = loss_fn(out, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if spec.clip > 0:
+        watcher.capture_grads()     # the norms before clipping
+        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
+    opt.step()
+    val = acc = None
+    if (t % spec.val_every == 0 and t > 0) or (t == 0 and spec.val_at_zero):
+        model.eval()
+        with torch.no_grad():
+            out_val = model(data.x_val)
+            val = loss_fn(out_val, data.y_val)
+        model.train()
+        acc = accuracy(out_val, data.y_val, torch)
+    share = top_share(out)  # the classifier's answers: this batch's top share
+    watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
+
+
+def _twin(spec: RunSpec, model: Any, opt: Any, data: _Data, torch: Any) -> dict[str, Any]:
+    """The counterfactual twin (:func:`trainsignals.curves.families.twin_check`): the run continued
+    from the onset without its fault, on a copy of the model and optimizer and on the same batches
+    (the batch sampler and the global RNG are left as they were), recorded by its own watcher.
+    """
+    rng_state = torch.get_rng_state()
+    gen_state = data.gen.get_state()
+    twin = _model(spec, data.n_classes, torch)       # a fresh module: no adapter hooks on it
+    twin.load_state_dict(model.state_dict())
+    topt = _optimizer(spec, twin, torch)
+    topt.load_state_dict(copy.deepcopy(opt.state_dict()))   # load_state_dict may share the tensors
+    try:
+        return families.record_twin(spec, twin, topt, lambda t, watcher: _step(
+            spec, twin, topt, data, t, watcher, torch, fault=False, mult=None))
+    finally:
+        data.gen.set_state(gen_state)
+        torch.set_rng_state(rng_state)
 
 
 def _probe(spec: RunSpec, model: Any, opt: Any, data: _Data, t0: int, mult: float, n_steps: int,
@@ -733,11 +766,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
     t0 = time.perf_counter()
     raw, info = train_with_info(spec)
     twin = info.pop("twin", None)
-    if spec.family in HELDOUT_FAMILIES or spec.family in DEV_FAMILIES:
-        curve, decided, made, twin_fig = families.label_with_twin(raw, twin)
-    else:
-        curve, decided, made = label_run(raw)
-        twin_fig = None
+    curve, decided, made, twin_fig = families.label_with_twin(raw, twin)
     entry: dict[str, Any] = {
         "name": spec.name if curve is None else curve.name,
         "intended_kind": spec.kind,
