@@ -156,3 +156,13 @@ def test_recheck_drops_what_the_checks_reject_and_keeps_the_rest_as_it_was(tmp_p
     assert {k: v for k, v in written.items() if k not in ("curves", "dropped", "rechecks")} == \
         {k: v for k, v in manifest.items() if k not in ("curves", "dropped", "rechecks")}
     assert recheck(folder) == []                     # nothing left to drop
+
+
+def test_recheck_refuses_a_suite_the_builder_did_not_make(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainsignals.curves.real_runs import main
+
+    src = Path(__file__).resolve().parents[1] / "datasets" / "synthetic"
+    with pytest.raises(ValueError, match="folder .*synthetic"):
+        recheck(src)
+    assert main(["recheck", str(src)]) == 2       # the command says why, without a traceback
+    assert "holds no suite built by" in capsys.readouterr().err

@@ -144,6 +144,7 @@ import hashlib
 import json
 import math
 import platform
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
@@ -225,6 +226,8 @@ dead units a ReLU net; scaling a saturating net's weights or inputs up saturates
 makes the gradients smaller, not larger, so gradient explosions are injected into ReLU nets."""
 
 FORMAT_NOTE = "trainsignals real runs: difficulty = model family"
+#: the manifest's ``generator`` of a suite this module built
+GENERATOR = "trainsignals.curves.real_runs"
 _MIN_STEPS, _MAX_STEPS = 600, 2000
 
 
@@ -887,7 +890,7 @@ def build(out: str | Path | None = None, seed: int = 0, *, jobs: int = 2, per_ki
     write_suite(curves, out, seed=seed)
     manifest_path = Path(out) / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["generator"] = "trainsignals.curves.real_runs"
+    manifest["generator"] = GENERATOR
     manifest["note"] = FORMAT_NOTE
     manifest["command"] = f"python -m trainsignals.curves.real_runs build --seed {seed}" + (
         f" --heldout --per-kind {per_kind} --healthy {n_healthy}" if heldout else
@@ -930,11 +933,18 @@ def recheck(folder: str | Path) -> list[dict[str, Any]]:
 
     Returns:
         The manifest entries of the runs dropped now (empty: the suite is unchanged, not rewritten).
+
+    Raises:
+        ValueError: the folder's suite was not built by this module (the synthetic suite's
+            curves are labelled by construction, not by these checks).
     """
     from trainsignals.curves import load_suite
 
     folder = Path(folder)
     manifest = json.loads((folder / "manifest.json").read_text())
+    if manifest.get("generator") != GENERATOR:
+        raise ValueError(f"folder {str(folder)!r} holds no suite built by {GENERATOR} (generator "
+                         f"{manifest.get('generator')!r}): its labels are not this builder's")
     entries = {e["name"]: e for e in manifest["curves"]}
     kept, gone = [], []
     for c in load_suite(folder):
@@ -1003,7 +1013,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("folder", type=Path, help="the suite's folder (e.g. datasets/real_heldout)")
     args = parser.parse_args(argv)
     if args.command == "recheck":
-        gone = recheck(args.folder)
+        try:
+            gone = recheck(args.folder)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"recheck: {err}", file=sys.stderr)
+            return 2
         for g in gone:
             print(f"dropped {g['name']}: {g['checks'][0]['reason']}")
         print(f"{args.folder}: {len(gone)} run(s) dropped" + ("" if gone else " (unchanged)"))
