@@ -452,6 +452,20 @@ def test_cli_pools_several_suites_and_scores_them_with_the_first_ones_targets(
         bench.load_pooled([])
 
 
+def test_a_held_out_draw_has_the_held_out_targets_whatever_its_folder_is_called(tmp_path: Path) -> None:
+    from trainsignals.curves import generate, write_suite
+
+    for name, flag in (("draw", "heldout"), ("devdraw", "dev"), ("plain", None)):
+        write_suite([generate("healthy", 0, "easy")], tmp_path / name)
+        if flag:
+            m = json.loads((tmp_path / name / "manifest.json").read_text())
+            (tmp_path / name / "manifest.json").write_text(json.dumps({**m, flag: True}))
+    assert bench.targets_for(str(tmp_path / "draw")) == bench.targets_for("heldout")
+    assert bench.targets_for(str(tmp_path / "devdraw")) == bench.targets_for("dev")
+    assert bench.targets_for(str(tmp_path / "plain")) == bench.TARGETS
+    assert bench.targets_for(str(tmp_path / "missing")) == bench.TARGETS
+
+
 def test_withholding_the_validation_metric_keeps_the_validation_loss() -> None:
     from trainsignals.curves import generate
 

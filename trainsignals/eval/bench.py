@@ -633,9 +633,11 @@ def score(
 def targets_for(suite: str) -> dict[str, float]:
     """The targets of a suite: :data:`TARGETS` with the suite's :data:`SUITE_TARGETS` overrides.
 
-    A suite given as a path is known by its folder's name (``datasets/real`` -> ``"real"``); a
-    pool of suites (``"a + b"``, as ``trainsignals bench --suite a --suite b`` names it) has the
-    targets of its first suite.
+    A suite given as a path is known by its folder's name (``datasets/real`` -> ``"real"``), or by
+    its manifest when the name is not a suite's: a folder built with ``build --heldout`` (or
+    ``--dev``) has the held-out (development) targets, a fresh held-out draw among them; a pool of
+    suites (``"a + b"``, as ``trainsignals bench --suite a --suite b`` names it) has the targets of
+    its first suite.
 
     Example:
         >>> targets_for("real")["detection_rate"], targets_for("synthetic")["detection_rate"]
@@ -645,7 +647,15 @@ def targets_for(suite: str) -> dict[str, float]:
 
     suite = suite.split(" + ")[0]
     t = dict(TARGETS)
-    t.update(SUITE_TARGETS.get(suite, SUITE_TARGETS.get(PurePath(suite).name, {})))
+    own = SUITE_TARGETS.get(suite, SUITE_TARGETS.get(PurePath(suite).name))
+    if own is None:
+        try:
+            manifest = json.loads((Path(suite) / "manifest.json").read_text())
+        except (OSError, ValueError):
+            manifest = {}
+        own = SUITE_TARGETS["heldout"] if manifest.get("heldout") is True else \
+            SUITE_TARGETS["dev"] if manifest.get("dev") is True else {}
+    t.update(own)
     return t
 
 
