@@ -77,9 +77,10 @@ model and optimizer are copied and the copy continues without the fault, on the 
 for the kind's window (:func:`~trainsignals.curves.families.record_twin`); the label needs the
 faulty trace to differ from the twin's beyond noise in the kind's signal, and a fault that made
 no difference is relabelled healthy or dropped
-(:func:`~trainsignals.curves.families.label_with_twin`, as for the held-out families). Learning-rate bumps are checked for a divergence first: a bump meant to make the loss
-oscillate that made the run diverge is a divergence; a bump meant to make it diverge that
-made it swing without diverging is an oscillation. A faulty run must also be healthy until its
+(:func:`~trainsignals.curves.families.label_with_twin`, as for the held-out families).
+Learning-rate bumps are checked for a divergence first: a bump meant to make the loss oscillate
+that made the run diverge is a divergence; a bump meant to make it diverge that made it swing
+without diverging is an oscillation. A faulty run must also be healthy until its
 onset (:func:`~trainsignals.curves.labels.check_before_onset`): a net that had begun to overfit
 its small data set before its fault came is dropped. The checks are those of
 :mod:`trainsignals.curves.labels` (:func:`~trainsignals.curves.labels.check_label`,
@@ -927,9 +928,9 @@ def recheck(folder: str | Path) -> list[dict[str, Any]]:
     that pass are written back in their order (their values untouched); the others move to the
     manifest's ``dropped`` list, with the check that rejected them and ``"recheck": true``. The
     builds are deterministic, so a rebuild with the same command trains the same runs and drops
-    these too, without the hours of training (a rebuild could instead relabel a dropped faulty
-    run healthy when its twin shows no effect on its *intended* kind: the recheck has no twin
-    trace to tell). The manifest's ``rechecks`` lists each recheck with what it dropped.
+    these too; the recheck does it without training again (a rebuild could instead relabel a
+    dropped faulty run healthy when its twin shows no effect on its *intended* kind: the recheck
+    has no twin trace to tell). The manifest's ``rechecks`` lists each recheck with what it dropped.
 
     Returns:
         The manifest entries of the runs dropped now (empty: the suite is unchanged, not rewritten).

@@ -1153,7 +1153,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         from .calibrate import leave_one_family_out
 
         if len(suites) > 1:
-            raise ValueError("--leave-one-family-out scores one suite: give --suite once")
+            sys.stderr.write("trainsignals bench: --leave-one-family-out scores one suite: give --suite once\n")
+            return 2
         lofo = leave_one_family_out("real" if suite == "synthetic" else suite)
         if args.json:
             sys.stdout.write(json.dumps(lofo.to_dict(), indent=2) + "\n")
