@@ -5,9 +5,10 @@ is verified by an automatic check on the recorded signals, never on a detector's
 :func:`check_label` checks one kind, :func:`label_run` decides a freshly trained run's label
 (dropping a faulty run whose stretch before the onset is not healthy, then checking the kinds of
 :data:`PRECEDENCE` first, then the intended kind, then its :data:`FALLBACKS`; a run none of them
-passes is dropped), :func:`relabel` gives a curve another label. Learning-rate bumps are checked for a divergence first: a bump meant to make the loss
-oscillate that made the run diverge is a divergence; a bump meant to make it diverge that made
-it swing without diverging is an oscillation.
+passes is dropped), :func:`relabel` gives a curve another label. Learning-rate bumps are checked
+for a divergence first: a bump meant to make the loss oscillate that made the run diverge is a
+divergence; a bump meant to make it diverge that made it swing without diverging is an
+oscillation.
 
 The checks ("level" is a median, "smoothed" a centred running median of 9 steps, the
 "pre-onset level" the level of the 50 steps before the onset, ``W`` the bench's detection
