@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import islice
 from operator import mul
+from typing import Any
 
 import numpy as np
 
@@ -208,6 +209,67 @@ def swing_ratio(ys: Sequence[float], w2: int) -> float:
     return scale(res) / scale(residuals(list(islice(ys, 0, w2)))[0]) * math.exp(lvl)
 
 
+#: a block whose every rate is at least this share of the current one trained at about the current step
+#: size (within 10 %: a cosine schedule moves less than that over a block near its peak)
+SAME_RATE = 0.9
+#: a learning rate this many times the last known one is a rise (a restart, a warm-up step, a jump)
+RATE_RISE = 1.01
+#: completed blocks a rule keeps with their rate (64 blocks of 48 values: a schedule's stage)
+BLOCKS = 64
+
+
+class RateBands:
+    """The band (median, robust residual scale) of each completed block of a rule's values, with
+    the block's lowest learning rate: how wide the run swung at each step size it trained at.
+
+    ``blocks`` holds ``[last value, lowest rate, median, scale]`` of the latest :data:`BLOCKS`
+    blocks whose every value had a rate; ``rise`` is the value where the rate last rose
+    (:data:`RATE_RISE`), ``lprev`` the last known rate (0: none yet). :meth:`state` is JSON.
+    """
+
+    __slots__ = ("blocks", "blo", "rise", "lprev")
+
+    def __init__(self, state: Sequence[Any] | None = None) -> None:
+        blocks, blo, rise, lprev = state if state is not None else ([], None, -1, 0.0)
+        self.blocks: list[list[float]] = [list(b) for b in blocks]
+        self.blo: float | None = blo  # the current block's lowest rate (-1: a value without one)
+        self.rise: int = rise
+        self.lprev: float = lprev
+
+    def state(self) -> list[Any]:
+        return [[list(b) for b in self.blocks], self.blo, self.rise, self.lprev]
+
+    def take(self, lr: float, n: int, ys: Sequence[float], w2: int) -> None:
+        """Value ``n``'s rate (``nan``: none); ``ys`` ends with value ``n``; a block is ``w2`` values."""
+        if known := lr - lr == 0.0 and lr > 0.0:
+            if self.lprev and lr > RATE_RISE * self.lprev:
+                self.rise = n
+            self.lprev = lr
+        blo = self.blo
+        self.blo = (lr if known else -1.0) if blo is None else min(blo, lr) if known and blo > 0.0 else -1.0
+        if not (n + 1) % w2:
+            if self.blo > 0.0:
+                win = list(islice(ys, len(ys) - w2, len(ys)))
+                self.blocks.append([n, self.blo, median(win), scale(residuals(win)[0])])
+                del self.blocks[:-BLOCKS]
+            self.blo = None
+
+    def wider(self, cur: Sequence[float], before: int, shift: float) -> bool:
+        """Whether the window ``cur`` swings ``shift`` times as wide (:func:`swing_ratio`'s units) as
+        the latest block that ended before value ``before`` and before the rate last rose, at
+        ``SAME_RATE`` of the current rate or more; True when there is none (a rate new to the run) or
+        no rate.
+        """
+        if not self.lprev:
+            return True
+        before = before if self.rise < 0 else min(before, self.rise)
+        for b in reversed(self.blocks):
+            if b[0] < before and b[1] >= SAME_RATE * self.lprev:
+                lvl = median(cur) - b[2]
+                return lvl >= 0.0 and scale(residuals(list(cur))[0]) / b[3] * math.exp(lvl) >= shift
+        return True
+
+
 def grad_move(gs: Sequence[float], w2: int) -> float:
     """How far the grad norm moved from its first ``w2`` values to its last ``w2`` (log space): the
     larger of its residual scales' ratio and ``exp`` of its median's rise; ``inf`` when either lacks values.
@@ -275,6 +337,7 @@ def watch_checks(n0: int, until0: int, arms: list[int], watch: int, end: int) ->
     return np.array(es, dtype=np.int64)
 
 
-__all__ = ["BASE_ALPHA", "EFFICIENCY", "MAD_SD", "SCALE_FLOOR", "SLACK", "SPAN", "STRIDE", "VAR_ALPHA", "batch_ljung_box",
+__all__ = ["BASE_ALPHA", "BLOCKS", "EFFICIENCY", "MAD_SD", "RATE_RISE", "SAME_RATE", "SCALE_FLOOR", "SLACK", "SPAN", "STRIDE",
+           "VAR_ALPHA", "RateBands", "batch_ljung_box",
            "batch_residuals", "batch_scale", "batch_swing", "batch_swing_ratio", "chi2_crit", "grad_move",
            "kept", "ljung_box", "lr_jumps", "lr_rise", "median", "plain", "residuals", "scale", "spread", "swing", "swing_ratio", "watch_checks"]

@@ -16,33 +16,31 @@ from ._base import Detector, Input, Knob
 from ._ops import column_log, first_unusable, first_usable, log
 from ._swings import SPAN, swing
 
-_NAN = math.nan
-_VA, _VB, _BA, _BB = sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.BASE_ALPHA  # swing()'s weights
+_NAN, _VA, _VB, _BA, _BB = math.nan, sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.BASE_ALPHA  # swing()'s
 
 
 class SwingRatioEdgeOfStability(Detector):
     """Flags the edge of stability: the loss swings ``shift`` times as wide, no net progress, the grad norm moved.
 
-    Minibatch swings past the edge of stability are loud but white (no pattern for
-    :class:`LjungBoxSawtooth`): the loss jumps to a higher, noisier plateau, or its band widens,
-    and stops progressing, while the grad norm swings wider or rises as a whole (a sharper
-    region). With the last ``3 * window // 2`` log-losses (current window) against the first
-    ``3 * window // 2`` of the last ``4 * window`` (reference), it fires on
+    Minibatch swings past the edge of stability are loud but white (no pattern for :class:`LjungBoxSawtooth`):
+    the loss jumps to a higher, noisier plateau, or its band widens, and stops progressing, while the grad norm
+    swings wider or rises (a sharper region). With the last ``3 * window // 2`` log-losses (current window)
+    against the first ``3 * window // 2`` of the last ``4 * window`` (reference), it fires on
 
     * no net progress: the current median not below the reference's, the current window's line
       moving by at most ``EFFICIENCY`` times its residuals' 10-90 % range;
-    * a loss swinging ``shift`` times as wide in loss units: the ratio of the robust residual
-      scales times ``exp`` of the median's rise (a falling minibatch loss keeps its noise in loss
-      units and this ratio near 1; a loss bouncing on a higher or wider band does not);
-    * a grad norm (when known in both windows) whose robust residual scale or median is at least
-      ``grad_shift`` times the reference's.
+    * a loss swinging ``shift`` times as wide in loss units: the ratio of the robust residual scales times ``exp``
+      of the median's rise (a falling minibatch loss keeps its noise in loss units and this ratio near 1);
+    * a grad norm (when known in both windows) whose residual scale or median moved ``grad_shift``x;
+    * with a measured learning rate, a loss also ``shift`` times as wide as the band it had at that rate
+      before the rate last rose, if it trained at it (:class:`~trainsignals.detectors._swings.RateBands`:
+      a warm restart, a step decay); a rate new to the run (the edge of stability) has no such band.
 
-    It is examined every ``STRIDE``-th value while *armed*: for ``4 * window - 3 * window // 2`` values after
-    the local swing of the loss (EWMA of ``|y[t] - y[t-1]|``) exceeds ``shift_ratio`` times its baseline, and
-    the grad norm's too when known (the jump onto the plateau; the comparison works once the current window
-    has left it). An event disarms it. ``onset_step``: the current window's first step; no event in the first
-    ``warmup`` values, nor for ``cooldown`` steps after one. **Rate**: ``edge_of_stability`` 0 alarms in
-    304,819 tuning healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
+    It is examined every ``STRIDE``-th value while *armed*: ``4 * window - 3 * window // 2`` values after the
+    loss's local swing (EWMA of ``|y[t] - y[t-1]|``) tops ``shift_ratio`` times its baseline, and the grad
+    norm's too when known. An event disarms it. ``onset_step``: the current window's first step; no event in
+    the first ``warmup`` values, nor for ``cooldown`` steps after one. **Rate**: ``edge_of_stability`` 0 alarms
+    in 304,819 tuning healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
 
     Args:
         window: the windows' unit, >= 8.
@@ -54,22 +52,20 @@ class SwingRatioEdgeOfStability(Detector):
         signal: the loss signal read (and named in events).
 
     Example:
-        A loss that converges, then at step 400 jumps 4x and bounces with its usual log noise,
-        while the grad norm rises 2x:
+        A loss that converges, then at step 400 jumps 4x and bounces, while the grad norm rises 2x:
 
         >>> import numpy as np
         >>> rng = np.random.default_rng(0)
         >>> t = np.arange(700)
         >>> loss = (2.3 * np.exp(-t / 120) + 0.3) * np.where(t >= 400, 4.0, 1.0) * np.exp(rng.normal(0, 0.1, 700))
         >>> grad = np.where(t >= 400, 2.0, 1.0) * np.exp(rng.normal(0, 0.1, 700))
-        >>> grad[400] *= 4.0
         >>> [(e.step, e.onset_step) for e in SwingRatioEdgeOfStability().scan(loss=loss, grad_norm=grad)]
         [(448, 401)]
     """
 
     knob = Knob("shift", 1.2, 10.0)
     _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ss", "left", "quiet_until",
-                   "last_step")
+                   "last_step", "rates")
 
     def __init__(self, window: int = 32, shift: float = 2.5, grad_shift: float = 1.5, shift_ratio: float = 1.5,
                  warmup: int = 128, cooldown: int = 100, signal: str = "loss") -> None:
@@ -82,7 +78,7 @@ class SwingRatioEdgeOfStability(Detector):
         check_signal("signal", signal)
         self.window, self.shift, self.grad_shift, self.shift_ratio = window, shift, grad_shift, shift_ratio
         self.warmup, self.cooldown, self.signal = warmup, cooldown, signal
-        self.inputs, self.logs = (Input(signal), Input("grad_norm", required=False)), (signal, "grad_norm")
+        self.inputs, self.logs = (Input(signal), Input("grad_norm", False), Input("lr", False)), (signal, "grad_norm")
         self._reset()
 
     def _reset(self) -> None:
@@ -91,15 +87,16 @@ class SwingRatioEdgeOfStability(Detector):
         self._ys: deque[float] = deque(maxlen=SPAN * self.window)
         self._gs: deque[float] = deque(maxlen=SPAN * self.window)  # nan: no grad norm at that value
         self._ss: deque[int] = deque(maxlen=3 * self.window // 2)
-        self._quiet_until = self._last_step = -1
+        self._quiet_until, self._last_step, self._rates = -1, -1, sw.RateBands()  # rates: its bands at each rate
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
         self._ys, self._gs = sw.kept(state["ys"], SPAN * self.window), sw.kept(state["gs"], SPAN * self.window)
         self._ss = deque(state["ss"], maxlen=3 * self.window // 2)
+        self._rates = sw.RateBands(state["rates"])
 
     def _get_state(self) -> dict[str, Any]:
-        return {**super()._get_state(), "gs": sw.plain(self._gs)}
+        return {**super()._get_state(), "gs": sw.plain(self._gs), "rates": self._rates.state()}
 
     def _test(self, ys: Sequence[float], gs: Sequence[float]) -> tuple[float, float] | None:
         """``(loss swing ratio, grad norm's move)`` where the rule fires, else ``None``."""
@@ -108,7 +105,7 @@ class SwingRatioEdgeOfStability(Detector):
         rg = sw.grad_move(gs, w2) if rl >= self.shift else 0.0
         return (rl, rg) if rg >= self.grad_shift else None
 
-    def _step(self, x: float, grad: float, step: int, log_x: float | None = None,
+    def _step(self, x: float, grad: float, lr: float, step: int, log_x: float | None = None,
               log_g: float | None = None) -> Event | None:
         self._last_step = step
         if x - x != 0.0 or x <= 0.0:  # not a loss: the statistics stay untouched
@@ -126,6 +123,8 @@ class SwingRatioEdgeOfStability(Detector):
         self._ys.append(self._ml)
         self._gs.append(g)
         self._ss.append(step)
+        if self._rates.lprev or lr - lr == 0.0:
+            self._rates.take(lr, n, self._ys, 3 * self.window // 2)
         if step <= self._quiet_until:
             return None
         if left:
@@ -140,22 +139,23 @@ class SwingRatioEdgeOfStability(Detector):
                 return None
         elif not left or n % sw.STRIDE:  # examined every STRIDE-th value while armed
             return None
-        if (got := self._test(self._ys, self._gs)) is None:
+        if (got := self._test(self._ys, self._gs)) is None or not self._rates.wider(
+                list(self._ys)[-(3 * self.window // 2):], n + 1 - SPAN * self.window, self.shift):
             return None
         (rl, rg), w2 = got, 3 * self.window // 2
         self._quiet_until, self._left = step + self.cooldown, 0
-        msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over "
-               f"the {w2} before the last {w2 + self.window}, with no net progress"
-               + (f"; the grad norm moved {rg:.3g}x (its swing or its level)" if rg < math.inf else "")
-               + ": step size at the edge of stability")
+        msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over the "
+               f"{w2} before the last {w2 + self.window}, with no net progress" + (f"; the grad norm moved {rg:.3g}x "
+               "(its swing or its level)" if rg < math.inf else "") + ": step size at the edge of stability")
         return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal, rl,
                           self.shift, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if not self._n or steps[i] <= self._quiet_until:
+        if not self._n or steps[i] <= self._quiet_until or self._rates.lprev:  # a known rate: the scalar path
             return 0
         grads = first_usable if self._ng == 0 else first_unusable  # a usable loss; grad norms all present or absent
-        if not (lim := min(first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True))):
+        if not (lim := min(first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True),
+                           first_usable(arrays[2], i, j, True))):  # and no rate known yet
             return 0
         y, g, w, r2 = column_log(arrays[0], i, i + lim), column_log(arrays[1], i, i + lim), self.window, self.shift_ratio
         w2, span = 3 * w // 2, SPAN * w
