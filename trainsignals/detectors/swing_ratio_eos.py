@@ -79,6 +79,7 @@ class SwingRatioEdgeOfStability(Detector):
         self.window, self.shift, self.grad_shift, self.shift_ratio = window, shift, grad_shift, shift_ratio
         self.warmup, self.cooldown, self.signal = warmup, cooldown, signal
         self.inputs, self.logs = (Input(signal), Input("grad_norm", False), Input("lr", False)), (signal, "grad_norm")
+        self._w2 = 3 * window // 2  # the windows' length, and the rate blocks'
         self._reset()
 
     def _reset(self) -> None:
@@ -100,9 +101,8 @@ class SwingRatioEdgeOfStability(Detector):
 
     def _test(self, ys: Sequence[float], gs: Sequence[float]) -> tuple[float, float] | None:
         """``(loss swing ratio, grad norm's move)`` where the rule fires, else ``None``."""
-        w2 = 3 * self.window // 2
-        rl = sw.swing_ratio(ys, w2)
-        rg = sw.grad_move(gs, w2) if rl >= self.shift else 0.0
+        rl = sw.swing_ratio(ys, self._w2)
+        rg = sw.grad_move(gs, self._w2) if rl >= self.shift else 0.0
         return (rl, rg) if rg >= self.grad_shift else None
 
     def _step(self, x: float, grad: float, lr: float, step: int, log_x: float | None = None,
@@ -123,8 +123,8 @@ class SwingRatioEdgeOfStability(Detector):
         self._ys.append(self._ml)
         self._gs.append(g)
         self._ss.append(step)
-        if self._rates.lprev or lr - lr == 0.0:
-            self._rates.take(lr, n, self._ys, 3 * self.window // 2)
+        if ((rt := self._rates).blo is None or lr != rt.lprev or not (n + 1) % self._w2) and (rt.lprev or lr - lr == 0.0):
+            rt.take(lr, n, self._ys, self._w2)  # a rate known, and a new one, a block's first or last value
         if step <= self._quiet_until:
             return None
         if left:
