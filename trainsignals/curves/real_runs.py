@@ -147,7 +147,8 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -672,23 +673,33 @@ def _step(spec: RunSpec, model: Any, opt: Any, data: _Data, t: int, watcher: Any
     watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
 
 
-def _twin(spec: RunSpec, model: Any, opt: Any, data: _Data, torch: Any) -> dict[str, Any]:
-    """The counterfactual twin (:func:`trainsignals.curves.families.twin_check`): the run continued
-    from the onset without its fault, on a copy of the model and optimizer and on the same batches
-    (the batch sampler and the global RNG are left as they were), recorded by its own watcher.
+@contextmanager
+def _fork(spec: RunSpec, model: Any, opt: Any, data: _Data, torch: Any) -> Iterator[tuple[Any, Any]]:
+    """A copy of the run's model and optimizer to train on (a fresh module: no adapter hooks on it);
+    the batch sampler's and the global RNG's states are restored when the block ends, so the run
+    itself goes on as if the copy had never trained.
     """
     rng_state = torch.get_rng_state()
     gen_state = data.gen.get_state()
-    twin = _model(spec, data.n_classes, torch)       # a fresh module: no adapter hooks on it
-    twin.load_state_dict(model.state_dict())
-    topt = _optimizer(spec, twin, torch)
-    topt.load_state_dict(copy.deepcopy(opt.state_dict()))   # load_state_dict may share the tensors
+    copy_model = _model(spec, data.n_classes, torch)
+    copy_model.load_state_dict(model.state_dict())
+    copy_opt = _optimizer(spec, copy_model, torch)
+    copy_opt.load_state_dict(copy.deepcopy(opt.state_dict()))   # load_state_dict may share the tensors
     try:
-        return families.record_twin(spec, twin, topt, lambda t, watcher: _step(
-            spec, twin, topt, data, t, watcher, torch, fault=False, mult=None))
+        yield copy_model, copy_opt
     finally:
         data.gen.set_state(gen_state)
         torch.set_rng_state(rng_state)
+
+
+def _twin(spec: RunSpec, model: Any, opt: Any, data: _Data, torch: Any) -> dict[str, Any]:
+    """The counterfactual twin (:func:`trainsignals.curves.families.twin_check`): the run continued
+    from the onset without its fault, on a copy of the model and optimizer and on the same batches,
+    recorded by its own watcher.
+    """
+    with _fork(spec, model, opt, data, torch) as (twin, topt):
+        return families.record_twin(spec, twin, topt, lambda t, watcher: _step(
+            spec, twin, topt, data, t, watcher, torch, fault=False, mult=None))
 
 
 def _probe(spec: RunSpec, model: Any, opt: Any, data: _Data, t0: int, mult: float, n_steps: int,
@@ -697,14 +708,8 @@ def _probe(spec: RunSpec, model: Any, opt: Any, data: _Data, t0: int, mult: floa
     trained on a copy of the model and optimizer (the run itself, the batch sampler and the
     global RNG are left as they were).
     """
-    rng_state = torch.get_rng_state()
-    gen_state = data.gen.get_state()
-    probe = _model(spec, data.n_classes, torch)       # a fresh module: no adapter hooks on it
-    probe.load_state_dict(model.state_dict())
-    popt = _optimizer(spec, probe, torch)
-    popt.load_state_dict(copy.deepcopy(opt.state_dict()))   # load_state_dict may share the tensors
     out: list[float] = []
-    try:
+    with _fork(spec, model, opt, data, torch) as (probe, popt):
         for t in range(t0, t0 + n_steps):
             for group in popt.param_groups:
                 group["lr"] = float(np.float32(spec.lr * schedule_factor(spec, t) * mult))
@@ -718,9 +723,6 @@ def _probe(spec: RunSpec, model: Any, opt: Any, data: _Data, t0: int, mult: floa
             out.append(float(loss.detach()))
             if not math.isfinite(out[-1]):
                 break
-    finally:
-        data.gen.set_state(gen_state)
-        torch.set_rng_state(rng_state)
     return out
 
 

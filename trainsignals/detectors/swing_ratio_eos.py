@@ -140,7 +140,7 @@ class SwingRatioEdgeOfStability(Detector):
         elif not left or n % sw.STRIDE:  # examined every STRIDE-th value while armed
             return None
         if (got := self._test(self._ys, self._gs)) is None or not self._rates.wider(
-                list(self._ys)[-(3 * self.window // 2):], n + 1 - SPAN * self.window, self.shift):
+                list(self._ys)[-self._w2:], n + 1 - SPAN * self.window, self.shift):
             return None
         (rl, rg), w2 = got, 3 * self.window // 2
         self._quiet_until, self._left = step + self.cooldown, 0

@@ -1168,7 +1168,8 @@ def run_from_args(args: argparse.Namespace) -> int:
             console.print(lofo.family_table("in-sample"))
         return 0
     withheld = tuple(getattr(args, "withhold", ()) or ())
-    curves = None if len(suites) == 1 else load_pooled(suites)
+    pooled = None if len(suites) == 1 else load_pooled(suites)  # the runs as stored (--rules reads them too)
+    curves = pooled
     if withheld:
         curves = [c.withheld(*withheld) for c in (curves if curves is not None else _load_suite(suite))]
         sys.stderr.write(f"scored without {', '.join(withheld)}\n")
@@ -1195,8 +1196,6 @@ def run_from_args(args: argparse.Namespace) -> int:
     result = run_bench(suite=suite, baselines=not getattr(args, "no_baselines", False), curves=curves,
                        windows=windows, detectors=detectors)
     unmet = result.check_targets()
-    # what --rules reads: the runs as stored (one suite: loaded by name)
-    pooled = load_pooled(suites) if len(suites) > 1 and getattr(args, "rules", False) else None
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(per_curve=getattr(args, "per_curve", False)), indent=2))
         sys.stdout.write("\n")
