@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from trainsignals.cli._options import UsageError, nonnegative_int, positive_float, positive_int, run_command
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -16,10 +19,6 @@ def _demo(args: argparse.Namespace) -> int:
 def _playground(args: argparse.Namespace) -> int:
     from trainsignals.cli.playground import run_playground
 
-    if args.steps < 1:
-        raise SystemExit("--steps must be >= 1")
-    if not args.lr > 0:
-        raise SystemExit("--lr must be > 0")
     return run_playground(args.lr, args.steps, args.sweep)
 
 
@@ -31,6 +30,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _datasets(args: argparse.Namespace) -> int:
     argv = ["build", "--seed", str(args.seed)]
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out} is a file; give the folder to write the suite into")
     if args.out:
         argv += ["--out", args.out]
     if getattr(args, "suite", "synthetic") == "real":
@@ -54,16 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="generate labeled failure curves, run the Monitor, show what it found")
-    d.add_argument("--seed", type=int, default=0, help="seed of the generated curves (default 0)")
-    d.add_argument("--per-kind", type=int, default=1, help="curves per failure kind (default 1)")
+    d.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the generated curves (default 0)")
+    d.add_argument("--per-kind", type=positive_int, default=1, help="curves per failure kind (default 1)")
     fmt = d.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the curves and totals as JSON")
     fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     d.set_defaults(func=_demo)
 
     g = sub.add_parser("playground", help="gradient descent on (w - 3)**2 with a live status line")
-    g.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
-    g.add_argument("--steps", type=int, default=10, help="steps (default 10)")
+    g.add_argument("--lr", type=positive_float, default=0.1, help="learning rate (default 0.1)")
+    g.add_argument("--steps", type=positive_int, default=10, help="steps (default 10)")
     g.add_argument("--sweep", action="store_true", help="learning-rate sweep (each rate 3x the last)")
     g.set_defaults(func=_playground)
 
@@ -74,11 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_bench)
 
     s = sub.add_parser("datasets", help="regenerate a committed labeled suite (synthetic: bit for bit)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=nonnegative_int, default=0, help="suite seed (default 0)")
     s.add_argument("--out", default=None, help="output folder (default: datasets/<suite>)")
     s.add_argument("--suite", choices=("synthetic", "real"), default="synthetic",
                    help="synthetic curves, or real PyTorch runs (needs torch and scikit-learn; 6-10 min on 2 cores)")
-    s.add_argument("--jobs", type=int, default=2, help="worker processes for --suite real (default 2)")
+    s.add_argument("--jobs", type=positive_int, default=2, help="worker processes for --suite real (default 2)")
     s.set_defaults(func=_datasets)
 
     from trainsignals.cli.traces import add_trace_commands
@@ -88,9 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``trainsignals`` command; returns its exit status."""
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    """Run the ``trainsignals`` command; returns its exit status.
+
+    A bad option value stops the parse (argparse: a usage line, ``error:`` and status 2); a
+    missing or unusable path or value the command finds while it runs is reported in the
+    same ``trainsignals <command>: error: <message>`` form, status 2, never as a traceback.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_command(f"{parser.prog} {args.command}", args.func, args)
 
 
 if __name__ == "__main__":

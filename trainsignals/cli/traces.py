@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainsignals.cli._options import error_message, nonnegative_float, positive_float, positive_int
 from trainsignals.io._console import make_console
 from trainsignals.io.report import (
     EXIT_UNREADABLE,
@@ -97,7 +98,7 @@ def add_trace_commands(subparsers: Any) -> None:
         epilog="exit status: 0 written; 1 failed (message on stderr).", formatter_class=fmt)
     p.add_argument("path", metavar="PATH", help="trace file, or a log convert reads")
     p.add_argument("-o", "--output", required=True, help="PNG to write")
-    p.add_argument("--dpi", type=int, default=110, help="resolution (default 110)")
+    p.add_argument("--dpi", type=positive_int, default=110, help="resolution (default 110)")
     _import_options(p, TOOLS)
     _monitor_options(p)
     p.set_defaults(func=_plot_cmd)
@@ -112,11 +113,11 @@ def add_trace_commands(subparsers: Any) -> None:
         epilog=_WATCH_EXIT_HELP,
         formatter_class=fmt)
     w.add_argument("path", metavar="PATH", help="trace file (may not exist yet)")
-    w.add_argument("--interval", type=float, default=0.5, help="seconds between polls (default 0.5)")
-    w.add_argument("--timeout", type=float, default=None,
+    w.add_argument("--interval", type=positive_float, default=0.5, help="seconds between polls (default 0.5)")
+    w.add_argument("--timeout", type=nonnegative_float, default=None,
                    help="stop after this many seconds without growth, or without the file appearing "
                         "(default: wait for the writer to close the trace)")
-    w.add_argument("--total-steps", type=int, default=None,
+    w.add_argument("--total-steps", type=positive_int, default=None,
                    help="planned steps (stall patience 10%% of them); default: the trace metadata's "
                         "total_steps, if any")
     w.set_defaults(func=_watch_cmd)
@@ -423,12 +424,13 @@ def _watch_cmd(args: argparse.Namespace) -> int:
 
     from trainsignals.io.traces import TraceFormatError
 
-    if not args.interval > 0 or (args.total_steps is not None and args.total_steps < 1):
-        print("error: --interval must be > 0 and --total-steps >= 1", file=sys.stderr)
+    tail = TraceTail(args.path)
+    if tail.path.is_dir():
+        print(f"error: {args.path} is a folder; watch follows one trace file (e.g. {tail.path / 'run.arrow'})",
+              file=sys.stderr)
         return EXIT_UNREADABLE
     console = _console()
     live_mode = console.is_terminal
-    tail = TraceTail(args.path)
     w = _Watch(os.fspath(args.path), args.total_steps)
     last_growth = time.monotonic()
     state = "waiting for the file" if not tail.path.exists() else "reading"
@@ -480,10 +482,10 @@ def _watch_cmd(args: argparse.Namespace) -> int:
             live.stop()
         print(f"\ninterrupted: {w.line('stopped')}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
-    except TraceFormatError as exc:
+    except (TraceFormatError, OSError) as exc:  # not a trace, or a file that cannot be read
         if live_mode:
             live.stop()
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {error_message(exc)}", file=sys.stderr)
         return EXIT_UNREADABLE
     if live_mode:
         live.update(_live_view(w, why))

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from trainsignals._events import Kind
+from trainsignals.cli._options import UsageError, positive_int, run_command
 from trainsignals.eval.baselines import Alarm, default_baselines, sagemaker_rules
 from trainsignals.kinds import default_window
 
@@ -1116,8 +1117,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--by-family", action="store_true",
         help="also print the default Monitor's figures per family (the curves' difficulty field), each family alone",
     )
-    parser.add_argument("--json", action="store_true", help="print the scores as JSON instead of a table")
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the scores as JSON instead of a table")
+    fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument(
         "--check", action="store_true", help="exit with status 1 when the default Monitor misses a target"
     )
@@ -1128,7 +1130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-window", action="store_true",
                         help="count a detection only within max(50 steps, 10%% of the run) of the onset, for "
                              "every kind (the product's target), instead of each kind's default window")
-    parser.add_argument("--log-every", type=int, default=1, metavar="N",
+    parser.add_argument("--log-every", type=positive_int, default=1, metavar="N",
                         help="score the runs as logged every N steps (the loss a block's mean, other signals "
                              "the block's last value, no per-layer signals), replayed as imported logs are: "
                              "Monitor(total_steps=<steps>, log_every=N)")
@@ -1143,8 +1145,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "values found (trainsignals.eval.calibrate); in-sample figures beside them")
 
 
+def _given_suites(suites: Sequence[str]) -> list[Any]:
+    """The runs of the ``--suite`` values as stored (several: :func:`load_pooled`).
+
+    Raises:
+        FileNotFoundError: a suite is not there.
+        trainsignals.cli._options.UsageError: a suite folder that does not load (its manifest
+            is another tool's, or disagrees with its files).
+    """
+    try:
+        return _load_suite(suites[0]) if len(suites) == 1 else load_pooled(suites)
+    except ValueError as exc:
+        raise UsageError(f"--suite: {exc}") from exc
+
+
+def _calibration_settings(path: str) -> dict[str, Any]:
+    """The Monitor settings of the ``--calibration`` file.
+
+    Raises:
+        trainsignals.cli._options.UsageError: the file cannot be read or is not a calibration file.
+    """
+    from .calibrate import settings_from_file
+
+    try:
+        return dict(settings_from_file(path))
+    except OSError as exc:
+        raise UsageError(f"--calibration: cannot read {path}: {exc.strerror or exc}") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"--calibration: {path} is not a calibration file (as `python -m "
+                         f"trainsignals.eval.calibrate --write --out FILE` writes it): "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
 def run_from_args(args: argparse.Namespace) -> int:
-    """Run the bench as the parsed options say; the exit status."""
+    """Run the bench as the parsed options say; the exit status.
+
+    Raises:
+        FileNotFoundError: a ``--suite`` is not there.
+        trainsignals.cli._options.UsageError: options that do not go together, a ``--suite``
+            folder or ``--calibration`` file that does not load, a ``--withhold`` that is not a
+            signal (:func:`main` prints them as ``error:`` and returns 2).
+    """
     from trainsignals.io._console import make_console
 
     suites = _suites(args)
@@ -1153,8 +1194,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         from .calibrate import leave_one_family_out
 
         if len(suites) > 1:
-            sys.stderr.write("trainsignals bench: --leave-one-family-out scores one suite: give --suite once\n")
-            return 2
+            raise UsageError("--leave-one-family-out scores one suite: give --suite once")
         lofo = leave_one_family_out("real" if suite == "synthetic" else suite)
         if args.json:
             sys.stdout.write(json.dumps(lofo.to_dict(), indent=2) + "\n")
@@ -1168,28 +1208,33 @@ def run_from_args(args: argparse.Namespace) -> int:
             console.print(lofo.family_table("in-sample"))
         return 0
     withheld = tuple(getattr(args, "withhold", ()) or ())
-    pooled = None if len(suites) == 1 else load_pooled(suites)  # the runs as stored (--rules reads them too)
-    curves = pooled
+    calibration = _calibration_settings(args.calibration) if getattr(args, "calibration", None) else None
+    stored = _given_suites(suites)  # the runs as stored (--rules reads them too)
+    curves = stored
     if withheld:
-        curves = [c.withheld(*withheld) for c in (curves if curves is not None else _load_suite(suite))]
+        try:
+            curves = [c.withheld(*withheld) for c in curves]
+        except ValueError as exc:  # not a signal a run can go without
+            raise UsageError(f"--withhold: {exc}") from exc
         sys.stderr.write(f"scored without {', '.join(withheld)}\n")
     windows = None
     if getattr(args, "target_window", False):
         windows = {k.value: target_window for k in Kind}
         sys.stderr.write("detections counted within max(50 steps, 10% of the run) of the onset\n")
-    every = int(getattr(args, "log_every", 1) or 1)
+    every = getattr(args, "log_every", None)
+    every = 1 if every is None else int(every)
+    if every < 1:  # the parser refuses it (positive_int); a Namespace built by hand may hold it
+        raise UsageError(f"--log-every must be >= 1, got {every}")
     factories: dict[str, Callable[..., Any]] = {"trainsignals": _default_monitor_factory()}
-    if getattr(args, "calibration", None):
+    if calibration is not None:
         from trainsignals import Monitor
 
-        from .calibrate import settings_from_file
-
-        settings: dict[str, Any] = dict(settings_from_file(args.calibration))
+        settings: dict[str, Any] = calibration
         factories["calibrated"] = lambda total_steps=None, log_every=1: Monitor(total_steps=total_steps,
                                                                                log_every=log_every, **settings)
         sys.stderr.write(f"calibrated: {Path(args.calibration).name}'s values for {sorted(settings)}\n")
     if every > 1:
-        curves = [c.sampled(every) for c in (curves if curves is not None else _load_suite(suite))]
+        curves = [c.sampled(every) for c in curves]
         factories = {name: _as_logged(f, every) for name, f in factories.items()}
         sys.stderr.write(f"scored as logged every {every} steps\n")
     detectors = factories if len(factories) > 1 or every > 1 else None
@@ -1204,7 +1249,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         if getattr(args, "by_family", False):
             sys.stdout.write("\n" + result.family_markdown())
         if getattr(args, "rules", False):
-            sys.stdout.write("\n" + rules_markdown(rule_rates(suite, pooled)))
+            sys.stdout.write("\n" + rules_markdown(rule_rates(suite, stored)))
     else:
         console = make_console()
         console.print(result.table())
@@ -1213,7 +1258,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         if getattr(args, "rules", False):
             from rich.table import Table
 
-            rates = rule_rates(suite, pooled)
+            rates = rule_rates(suite, stored)
             table = Table(title="alarms on healthy runs, by detector")
             for col in ("detector", "kind", "alarms", "healthy runs alarmed", "per 10,000 healthy steps"):
                 table.add_column(col, justify="left" if col in ("detector", "kind") else "right")
@@ -1241,7 +1286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="trainsignals bench", description=__doc__.splitlines()[0] if __doc__ else None
     )
     add_arguments(parser)
-    return run_from_args(parser.parse_args(argv))
+    return run_command(parser.prog, run_from_args, parser.parse_args(argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

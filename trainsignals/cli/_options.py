@@ -1,0 +1,120 @@
+"""What the ``trainsignals`` commands share to refuse bad input: argparse types and one error path.
+
+The types refuse an impossible value while the command line is parsed (argparse then prints
+``trainsignals <command>: error: argument --flag: ...`` and exits with status 2). What only
+running the command can find (a missing suite, a file that is not a calibration file) is raised
+as :class:`UsageError` or an ``OSError`` about a path the user gave, and :func:`run_command`
+turns it into the same one-line ``error:`` and status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["USER_ERRORS", "UsageError", "error_message", "nonnegative_float", "nonnegative_int",
+           "positive_float", "positive_int", "run_command"]
+
+
+class UsageError(ValueError):
+    """A value the user gave is wrong: :func:`run_command` prints its message as ``error:``."""
+
+
+#: What :func:`run_command` reports in one line: a bad value, or a path the user gave that is
+#: missing, of the wrong kind or not readable. Anything else is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[Exception], ...] = (UsageError, FileNotFoundError, FileExistsError, IsADirectoryError,
+                                            NotADirectoryError, PermissionError)
+
+
+def _integer(text: str, least: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+    return value
+
+
+def _real(text: str, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number {'> 0' if positive else '>= 0'}, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """Argparse type: an integer >= 1 (a count, a number of steps or processes).
+
+    Example:
+        >>> positive_int("3")
+        3
+    """
+    return _integer(text, 1, ">= 1")
+
+
+def nonnegative_int(text: str) -> int:
+    """Argparse type: an integer >= 0 (a seed).
+
+    Example:
+        >>> nonnegative_int("0")
+        0
+    """
+    return _integer(text, 0, ">= 0")
+
+
+def positive_float(text: str) -> float:
+    """Argparse type: a finite number > 0 (a learning rate, an interval).
+
+    Example:
+        >>> positive_float("0.5")
+        0.5
+    """
+    return _real(text, positive=True)
+
+
+def nonnegative_float(text: str) -> float:
+    """Argparse type: a finite number >= 0 (a timeout).
+
+    Example:
+        >>> nonnegative_float("0")
+        0.0
+    """
+    return _real(text, positive=False)
+
+
+def error_message(exc: Exception) -> str:
+    """The one-line message of ``exc``: an ``OSError`` about a file as ``path: reason``.
+
+    Example:
+        >>> error_message(FileNotFoundError(2, "No such file or directory", "run.arrow"))
+        'run.arrow: No such file or directory'
+    """
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def run_command(prog: str, func: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
+    """``func(args)`` as an exit status; a :data:`USER_ERRORS` error becomes ``prog: error: ...`` and 2.
+
+    Args:
+        prog: The command as the user typed it, e.g. ``"trainsignals bench"``.
+        func: The command: parsed options -> exit status.
+        args: The parsed options.
+
+    Returns:
+        ``func``'s exit status, or 2 (argparse's status for a usage error) after printing
+        ``<prog>: error: <message>`` on stderr.
+    """
+    try:
+        return int(func(args))
+    except USER_ERRORS as exc:
+        sys.stderr.write(f"{prog}: error: {error_message(exc)}\n")
+        return 2
