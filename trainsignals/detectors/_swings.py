@@ -154,6 +154,31 @@ def batch_ljung_box(res: np.ndarray, lags: int) -> np.ndarray:
     return np.where(ok, m * (m + 2) * q, 0.0)
 
 
+def sawtooth_survivors(yext: np.ndarray, gext: np.ndarray, ends: np.ndarray, w: int, spread: float, frac: float,
+                       pattern_p: float, grads: bool) -> np.ndarray:
+    """The ``ends`` (exclusive indices into ``yext`` and ``gext``) whose last ``w`` values may be a
+    :class:`~trainsignals.LjungBoxSawtooth` sawtooth: its residual-fraction test (against the window
+    ``SPAN - 1`` windows back) and its pattern test, row-wise and looser by :data:`SLACK`, so that the
+    scalar test, which decides, sees every window it would confirm (a grad-norm window with a gap is
+    left to it).
+    """
+    lags = w // 3
+    views = np.lib.stride_tricks.sliding_window_view(yext, w)
+    cur = batch_residuals(views[ends - w])
+    far = spread * batch_scale(views[ends - SPAN * w])
+    keep = (np.abs(cur) > far[:, None]).mean(axis=1) >= 0.5 * frac * SLACK
+    if keep.any():
+        q = batch_ljung_box(cur[keep], lags)
+        passed = q >= chi2_crit(pattern_p, lags) * SLACK
+        if grads:
+            gw = np.lib.stride_tricks.sliding_window_view(gext, w)[ends[keep] - w]
+            qg = batch_ljung_box(batch_residuals(gw), lags)
+            qg[~np.isfinite(gw).all(axis=1)] = np.inf
+            passed |= q + qg >= chi2_crit(pattern_p, 2 * lags) * SLACK
+        keep[keep] = passed
+    return ends[keep]
+
+
 def swing(y: float, m: float, v: float, b: float, n: int, warmup: int) -> tuple[float, float, float]:
     """One step of the swing tracker: ``(last value, local swing v, baseline b)`` after ``y``.
 
@@ -340,4 +365,4 @@ def watch_checks(n0: int, until0: int, arms: list[int], watch: int, end: int) ->
 __all__ = ["BASE_ALPHA", "BLOCKS", "EFFICIENCY", "MAD_SD", "RATE_RISE", "SAME_RATE", "SCALE_FLOOR", "SLACK", "SPAN", "STRIDE",
            "VAR_ALPHA", "RateBands", "batch_ljung_box",
            "batch_residuals", "batch_scale", "batch_swing", "batch_swing_ratio", "chi2_crit", "grad_move",
-           "kept", "ljung_box", "lr_jumps", "lr_rise", "median", "plain", "residuals", "scale", "spread", "swing", "swing_ratio", "watch_checks"]
+           "kept", "ljung_box", "lr_jumps", "lr_rise", "median", "plain", "residuals", "sawtooth_survivors", "scale", "spread", "swing", "swing_ratio", "watch_checks"]

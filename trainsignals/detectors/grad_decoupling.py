@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Knob
-from ._coupling import LN10, CouplingLevels
+from ._coupling import COUPLING_KEYS, LN10, CouplingLevels
+from ._learning import LEARN_KEYS, LearningOnset
+from ._ops import first_unusable
 
 
-class GradLossDecoupling(CouplingLevels):
+class GradLossDecoupling(LearningOnset, CouplingLevels):
     """Flags a grad norm that decoupled from the loss: it collapsed (or exploded) on its own.
 
     On ``u = log(loss)`` and ``g = log(grad_norm)`` the rule keeps smoothed levels (EWMA,
     weight ``alpha``) and compares each with its own value ``lag`` values earlier (``du``,
     ``dg``). With the loss not rising (``du <= log(loss_tolerance)``) it fires
     ``silent_collapse`` when the grad norm rose ``orders`` decades (``dg >= orders * ln 10``:
-    a healthy run's grad norm drifts far less in ``lag`` steps), or fell ``orders`` decades
+    a healthy run's grad norm drifts far less in ``lag`` steps) from a level it held once the run
+    had begun to learn (an untrained network's grad norm rises as it escapes its initial plateau:
+    :mod:`~trainsignals.detectors._learning`), or fell ``orders`` decades
     more than the loss did: the loss looks fine while the gradients died (or blew up). A
     classifier fitting its data drives loss and gradient down together, which is coupled. If
     the grad norm fell ``orders`` decades while the loss rose instead, it fires
@@ -63,9 +68,18 @@ class GradLossDecoupling(CouplingLevels):
         self._ltol = math.log(loss_tolerance)
         self._setup(lag, alpha, orders, cooldown, lag)
 
+    _state_keys = (*COUPLING_KEYS, *LEARN_KEYS)
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._learn_reset()
+
     def _step(self, loss: float, grad: float, step: int, log_loss: float | None = None,
               log_g: float | None = None) -> Event | None:
-        return self._take(loss, grad, step, log_loss, log_g)
+        ev = self._take(loss, grad, step, log_loss, log_g)
+        if self._learning < 0 and self._n:  # the loss level just taken (the rule's own)
+            self._learn_level(self._u, self._n - 1)
+        return ev
 
     def _rule(self, step: int) -> Event | None:
         dg = self._g - self._gs[0]
@@ -73,8 +87,8 @@ class GradLossDecoupling(CouplingLevels):
             return None
         du = self._u - self._us[0]
         falling = du <= self._ltol
-        if dg > 0:
-            return self._event(step, dg, du, True) if falling else None
+        if dg > 0:  # a rise from a level held since the run began to learn
+            return self._event(step, dg, du, True) if falling and self._learned(self._n - len(self._gs)) else None
         if not falling:
             return self._event(step, dg, du, False)
         if -dg - max(0.0, -du) >= self._gap:  # the grad norm fell orders more than the loss
@@ -87,7 +101,18 @@ class GradLossDecoupling(CouplingLevels):
         du = uu - uext[first]
         falling = du <= self._ltol
         coupled = -dg - np.maximum(0.0, -du) < self._gap
-        return (np.abs(dg) >= self._gap) & np.where(dg > 0, falling, ~falling | ~coupled)
+        at = self._learning if self._learning >= 0 else self._ahead  # the onset of learning (-1: not in sight)
+        learned = (at >= 0) & (self._n - len(self._gs) + first >= at)
+        return (np.abs(dg) >= self._gap) & np.where(dg > 0, falling & learned, ~falling | ~coupled)
+
+    def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
+        seen = self._n
+        if self._n and self._learning < 0:  # where in the block the run begins to learn, if it does
+            lim = min(first_unusable(arrays[0], i, j, positive=True), first_unusable(arrays[1], i, j, positive=True))
+            self._onset_ahead(arrays[0], i, lim, seen, self._a, self._u)
+        k = super()._fast(arrays, steps, i, j)
+        self._learn_keep(k, seen)
+        return k
 
     def _event(self, step: int, dg: float, du: float, falling: bool) -> Event:
         self._fired(step)

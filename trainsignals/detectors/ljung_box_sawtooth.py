@@ -13,6 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
+from ._learning import LEARN_KEYS, LearningOnset
 from ._ops import column_log, first_unusable, first_usable, log
 
 _NAN = math.nan
@@ -22,7 +23,7 @@ _VA, _VB, _BA, _BB = sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.B
 DROP = 1.0
 
 
-class LjungBoxSawtooth(Detector):
+class LjungBoxSawtooth(LearningOnset, Detector):
     """Flags a sawtooth: wide, patterned swings of the loss (and grad norm) with no net progress.
 
     Inputs: the loss and, optionally, the grad norm, in log space. When the local swing of either
@@ -38,7 +39,8 @@ class LjungBoxSawtooth(Detector):
     statistic of the residuals over lags 1..``window // 3`` (plus the grad norm's) exceeds the chi-square
     quantile at ``1 - pattern_p`` (degrees of freedom: the lags, twice with a grad norm). White noise, however
     loud, rarely passes (about 1 % at 32 values); a sawtooth correlates at its period. ``onset_step``: the
-    window's first step; no event in the first ``warmup`` values, nor for ``cooldown`` steps after one.
+    window's first step; no event in the first ``warmup`` values, nor for ``cooldown`` steps after one, nor
+    while the reference window predates the run's learning (:mod:`~trainsignals.detectors._learning`).
     **Rate**: ``sawtooth`` 0 alarms in 304,819 tuning healthy steps at its defaults (``calibration.json``;
     budget 0.5 per 10,000).
 
@@ -65,7 +67,8 @@ class LjungBoxSawtooth(Detector):
     """
 
     knob = Knob("pattern_p", 1e-9, 0.05, quieter="lower")
-    _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ss", "quiet_until", "last_step")
+    _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ss", "quiet_until", "last_step",
+                   *LEARN_KEYS)
 
     def __init__(self, window: int = 32, ratio: float = 2.0, frac: float = 0.4, spread: float = 2.0,
                  pattern_p: float = 1e-3, warmup: int = 128, cooldown: int = 100, signal: str = "loss") -> None:
@@ -88,6 +91,7 @@ class LjungBoxSawtooth(Detector):
         self._ys: deque[float] = deque(maxlen=sw.SPAN * self.window)
         self._gs: deque[float] = deque(maxlen=sw.SPAN * self.window)  # nan: no grad norm at that value
         self._ss: deque[int] = deque(maxlen=self.window)
+        self._learn_reset()
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
@@ -138,10 +142,13 @@ class LjungBoxSawtooth(Detector):
                 if ng >= self.warmup else sw.swing(g, self._mg, self._vg, bg, ng, self.warmup)
             self._ng = ng + 1
         vl, vg, self._n = self._vl, self._vg, n + 1
+        if self._learning < 0:
+            self._learn(y, n)
         self._ys.append(self._ml)
         self._gs.append(g)
         self._ss.append(step)
-        if n < self.warmup or step <= self._quiet_until or not (vl > self.ratio * bl or (bg > 0.0 and vg > self.ratio * bg)):
+        if (n < self.warmup or step <= self._quiet_until or not (vl > self.ratio * bl or (bg > 0.0 and vg > self.ratio * bg))
+                or not self._learned(self._n - len(self._ys))):  # the reference window, from the onset of learning on
             return None
         ok, fl, fg = self._confirm(list(self._ys), list(self._gs))
         if not ok:
@@ -158,34 +165,24 @@ class LjungBoxSawtooth(Detector):
         grads = first_usable if self._ng == 0 else first_unusable  # a usable loss; grad norms all present or absent
         if not (lim := min(first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True))):
             return 0
-        y, g, w, r, lags = column_log(arrays[0], i, i + lim), column_log(arrays[1], i, i + lim), self.window, self.ratio, self.window // 3
+        y, g, w, r = column_log(arrays[0], i, i + lim), column_log(arrays[1], i, i + lim), self.window, self.ratio
         vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup, (arrays[0], i))
         cand = vl > r * blp
         if self._ng:
             vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup, (arrays[1], i))
             cand |= (bgp > 0.0) & (vg > r * bgp)
-        cand[:max(0, self.warmup - self._n)] = False  # no candidate before warm-up ends
+        at = self._onset_ahead(arrays[0], i, lim, self._n)  # no candidate before warm-up ends, nor while the
+        cand[:lim if at < 0 else max(0, self.warmup - self._n, at + sw.SPAN * w - self._n - 1)] = False  # reference predates learning
         k, cs, off = lim, np.flatnonzero(cand), len(self._ys)
         if len(cs):  # a looser vectorised twin of the first tests, then the scalar one on survivors
             yext = np.concatenate((np.asarray(self._ys), y))
             gext = np.concatenate((np.asarray(self._gs, dtype=np.float64), g))
-            views = np.lib.stride_tricks.sliding_window_view(yext, w)
-            cur = sw.batch_residuals(views[off + cs + 1 - w])
-            far = self.spread * sw.batch_scale(views[off + cs + 1 - sw.SPAN * w])
-            keep = (np.abs(cur) > far[:, None]).mean(axis=1) >= 0.5 * self.frac * sw.SLACK
-            if keep.any():  # a looser pattern test
-                q = sw.batch_ljung_box(cur[keep], lags)
-                passed = q >= sw.chi2_crit(self.pattern_p, lags) * sw.SLACK
-                if self._ng:
-                    gw = np.lib.stride_tricks.sliding_window_view(gext, w)[off + cs[keep] + 1 - w]
-                    qg = sw.batch_ljung_box(sw.batch_residuals(gw), lags)
-                    qg[~np.isfinite(gw).all(axis=1)] = np.inf  # a gap: left to the scalar test
-                    passed |= q + qg >= sw.chi2_crit(self.pattern_p, 2 * lags) * sw.SLACK
-                keep[keep] = passed
-            ends = (off + cs[keep] + 1).tolist()  # the first survivor the scalar test confirms
+            ends = sw.sawtooth_survivors(yext, gext, off + cs + 1, w, self.spread, self.frac, self.pattern_p,
+                                         bool(self._ng)).tolist()  # the first survivor the scalar test confirms
             k = next((e - off - 1 for e in ends if self._confirm(yext[e - sw.SPAN * w:e].tolist(),
                                                                    gext[e - sw.SPAN * w:e].tolist())[0]), lim)
         if k:
+            self._learn_keep(k, self._n)
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
             if self._ng:
                 self._mg, self._vg, self._bg = float(g[k - 1]), float(vg[k - 1]), float(bg[k - 1])
