@@ -252,3 +252,16 @@ def test_the_command_prints_one_line_and_no_traceback(command: list[str], tmp_pa
     proc = subprocess.run([*command, "--log-every", "0"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[-1] == "trainsignals bench: error: argument --log-every: must be >= 1, got 0"
+
+
+def test_a_run_index_for_a_trace_is_refused_not_ignored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace holds one run: ``run_index`` 0 or -1 replays it, any other is an error that says why."""
+    from trainsignals.io.report import replay_source
+
+    path = tmp_path / "run.arrow"
+    write_trace(path, step=np.arange(50), loss=np.linspace(2.0, 1.0, 50))
+    assert replay_source(path, run_index=0).steps == replay_source(path, run_index=-1).steps == 50
+    with pytest.raises(ValueError, match="run_index 5: .* is a trace, which holds one run"):
+        replay_source(path, run_index=5)
+    assert main(["replay", str(path), "--run-index", "5"]) == 3  # replay's status for a source it cannot read
+    assert "is a trace, which holds one run" in capsys.readouterr().out

@@ -117,9 +117,9 @@ class Curve:
         first_nonfinite_step: First step where ``loss`` or ``grad_norm`` is not finite, ``-1``
             if none.
         val_metric: Validation accuracy at ``val_steps`` (synthetic: healthy and
-            ``silent_collapse`` curves, empty for the other kinds and for the committed
-            synthetic suite, which predates it; real runs: every classifier, every step of
-            the real-run suites built since these were recorded; empty for MSE runs).
+            ``silent_collapse`` curves, empty for the other kinds; real runs: every
+            classifier, every step of the real-run suites built since these were recorded;
+            empty for MSE runs).
         pred_steps: Steps at which a batch's predictions were sampled (int64; same curves;
             the real-run builder samples every step's training batch).
         pred_top_share: Share of the most-predicted class in that batch, at ``pred_steps``.

@@ -73,7 +73,7 @@ class TopShareCollapse(Detector):
     steps), and of the 117 healthy runs of ``datasets/real`` (rebuilt with the share) one run
     does, a small-batch MLP at step 58: 1 alarm in 150,985 tuning healthy steps in all.
 
-    **Rate**: ``pred_collapse`` 1 alarm in 146,939 steps of the tuning suites' healthy runs at its defaults
+    **Rate**: ``pred_collapse`` 1 alarm in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
 
     Args:

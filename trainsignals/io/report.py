@@ -717,9 +717,13 @@ def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None
         trainsignals.io.traces.TraceFormatError: a ``.arrow`` file that is not a trace.
         trainsignals.io.importers.NoSignalError: a log without any signal under the names tried
             (the message lists its columns and a mapping to try).
-        ValueError, FileNotFoundError, ImportError: the importer's errors.
+        ValueError, FileNotFoundError, ImportError: the importer's errors; a ``run_index`` other
+            than 0 or -1 for a trace.
     """
     if is_trace(source) and tool is None and not mapping:
+        if run_index not in (-1, 0):
+            raise ValueError(f"run_index {run_index}: {os.fspath(source)} is a trace, which holds one run "
+                             "(run_index picks a run of a log holding several)")
         return replay(source, monitor, log_every=log_every, total_steps=total_steps)
     table, notes = import_trace(source, tool=tool, mapping=mapping, run_index=run_index)
     rep = replay(table, monitor, name=os.fspath(source), log_every=log_every, total_steps=total_steps)
