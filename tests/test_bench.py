@@ -232,6 +232,8 @@ def test_monitor_factory_events_are_normalised() -> None:
     assert (d.rate, d.median_delay, d.median_onset_error, d.pre_onset) == (1.0, 40.0, 3.0, 0)
     assert s.healthy_alarm_rate == 0.0
     assert s.curves[0].alarms == (Alarm(140, "divergence", 97),)
+    assert s.curves[0].alarms[0].detector == "fake"  # the rule that raised it, for a false alarm's cause
+    assert s.curves[0].to_dict()["alarms"] == [[140, "divergence", 97, "fake"]]
 
 
 def test_monitor_instance_is_reset_per_curve() -> None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -72,15 +72,19 @@ class Alarm:
         kind: The failure kind implied by the tool's semantics (a ``Kind`` value string).
         onset_step: The step the tool says the failure began, where it says one
             (trainsignals events do; the baselines do not, and leave ``None``).
+        detector: The rule that raised it, where the tool names one (a trainsignals event's
+            ``detector``; ``None`` for the baselines): which rule to look at for a false alarm.
     """
 
     step: int
     kind: str
     onset_step: int | None = None
+    detector: str | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         extra = "" if self.onset_step is None else f", onset_step={self.onset_step}"
-        return f"Alarm(step={self.step}, kind={self.kind!r}{extra})"
+        by = "" if self.detector is None else f", detector={self.detector!r}"
+        return f"Alarm(step={self.step}, kind={self.kind!r}{extra}{by})"
 
 
 @runtime_checkable

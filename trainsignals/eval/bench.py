@@ -157,7 +157,7 @@ def _window(kind: str, total_steps: int, windows: Mapping[str, WindowSpec] | Non
 def events_to_alarms(events: Iterable[Any]) -> list[Alarm]:
     """Normalise Monitor events to alarms: warning and critical events only, in step order."""
     alarms = [
-        Alarm(int(e.step), str(getattr(e.kind, "value", e.kind)), int(e.onset_step))
+        Alarm(int(e.step), str(getattr(e.kind, "value", e.kind)), int(e.onset_step), getattr(e, "detector", None))
         for e in events
         if e.severity in ALARM_SEVERITIES
     ]
@@ -284,7 +284,9 @@ class CurveResult:
         return self.healthy and injected(self.name)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (alarms as ``[step, kind, onset]`` triples)."""
+        """A JSON-serialisable dict (alarms as ``[step, kind, onset, detector]``: the rule that raised
+        it, ``None`` for a baseline's).
+        """
         return {
             "name": self.name,
             "kind": self.kind,
@@ -300,7 +302,7 @@ class CurveResult:
             "early_warning_any": self.early_warning_any,
             "lead": self.lead,
             "lead_any": self.lead_any,
-            "alarms": [[a.step, a.kind, a.onset_step] for a in self.alarms],
+            "alarms": [[a.step, a.kind, a.onset_step, a.detector] for a in self.alarms],
         }
 
 
