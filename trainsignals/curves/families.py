@@ -101,16 +101,15 @@ from trainsignals.curves.labels import (
 from trainsignals.curves.training import (
     FAULT_KINDS,
     RunSpec,
-    accuracy,
+    StepKit,
     corpus,
     digits,
-    fault_lr_factor,
     log_uniform,
     pick,
     schedule_factor,
     seeded_rng,
     to_curve,
-    top_share,
+    train_step,
     watch,
 )
 from trainsignals.kinds import default_window
@@ -962,6 +961,10 @@ def corrupt(spec: Any, data: HeldoutData, x: Any, y: Any, t: int, torch: Any) ->
 # ------------------------------------------------------------------------------------ training
 
 
+#: this module's families' schedule, faults and loss, for :func:`~trainsignals.curves.training.train_step`
+STEP_KIT = StepKit(lr_factor, inject_weights, corrupt, loss_of)
+
+
 class _Ctx:
     def __init__(self, spec: Any, torch: Any) -> None:
         self.spec, self.torch = spec, torch
@@ -982,40 +985,8 @@ class _Ctx:
         return other
 
     def step(self, t: int, *, fault: bool, mult: float | None, watcher: Any = None) -> float:
-        spec, torch, data, model, opt = self.spec, self.torch, self.data, self.model, self.opt
-        lr = spec.lr * lr_factor(spec, t) * (fault_lr_factor(spec, t, mult) if fault else 1.0)
-        for group in opt.param_groups:
-            group["lr"] = float(np.float32(lr))
-        if fault and t == spec.onset:
-            inject_weights(spec, model, torch)
-            if spec.kind == "overfitting":
-                data.restrict(int(spec.fault["n_examples"]))
-        x, y = data.batch()
-        if fault:
-            x, y = corrupt(spec, data, x, y, t, torch)
-        out = model(x)
-        loss = loss_of(spec, out, y, torch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if spec.clip > 0:
-            if watcher is not None:
-                watcher.capture_grads()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
-        if not (fault and spec.fault.get("freeze") and t >= spec.onset):
-            opt.step()
-        val = acc = None
-        if (t % spec.val_every == 0 and t > 0) or (t == 0 and spec.val_at_zero):
-            model.eval()
-            with torch.no_grad():
-                out_val = model(data.x_val)
-                val = loss_of(spec, out_val, data.y_val, torch)
-            model.train()
-            if not data.regression:
-                acc = accuracy(out_val, data.y_val, torch)
-        if watcher is not None:  # a classifier's answers: the top share of this batch, the validation accuracy
-            share = None if data.regression else top_share(out)
-            watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
-        return float(loss.detach())
+        return train_step(STEP_KIT, self.spec, self.model, self.opt, self.data, t, self.torch, fault=fault, mult=mult,
+                          watcher=watcher)
 
 
 def _states(ctx: _Ctx) -> tuple[Any, Any, Any]:

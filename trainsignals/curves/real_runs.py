@@ -169,16 +169,15 @@ from trainsignals.curves.labels import (
 from trainsignals.curves.training import (
     FAULT_KINDS,
     RunSpec,
-    accuracy,
+    StepKit,
     corpus,
     digits,
-    fault_lr_factor,
     log_uniform,
     pick,
     schedule_factor,
     seeded_rng,
     to_curve,
-    top_share,
+    train_step,
     watch,
 )
 from trainsignals.kinds import default_window
@@ -406,7 +405,9 @@ def plan_suite(seed: int = 0, per_kind: int = 16, n_healthy: int = 128) -> list[
 
 
 class _Data:
-    """Train/validation tensors and a seeded batch sampler for one run."""
+    """Train/validation tensors and a seeded batch sampler for one run (every one a classifier's)."""
+
+    regression = False
 
     def __init__(self, spec: RunSpec, torch: Any) -> None:
         self.torch = torch
@@ -633,44 +634,19 @@ def _train(spec: RunSpec, torch: Any) -> tuple[Curve, dict[str, Any]]:
                     history = [r[1].get("loss", math.nan) for r in collector.rows]
                     mult, info["edge_of_stability"] = _edge_of_stability(spec, model, opt, data, history, torch)
                     info["lr_mult"] = mult
-            _step(spec, model, opt, data, t, watcher, torch, fault=True, mult=mult)
+            train_step(_KIT, spec, model, opt, data, t, torch, fault=True, mult=mult, watcher=watcher)
     finally:
         watcher.close()
     return to_curve(spec, collector.rows, watcher), info
 
 
-def _step(spec: RunSpec, model: Any, opt: Any, data: _Data, t: int, watcher: Any, torch: Any, *,
-          fault: bool, mult: float | None) -> None:
-    """Step ``t`` of a run (its fault applied when ``fault``), recorded by ``watcher``."""
-    lr = spec.lr * schedule_factor(spec, t) * (fault_lr_factor(spec, t, mult) if fault else 1.0)
-    for group in opt.param_groups:
-        group["lr"] = float(np.float32(lr))
-    if fault and t == spec.onset:
-        _inject_weights(spec, model, torch)
-        if spec.kind == "overfitting":
-            data.restrict(int(spec.fault["n_examples"]))
-    x, y = data.batch()
-    if fault:
-        x, y = _corrupt(spec, data, x, y, t, torch)
-    loss_fn = torch.nn.functional.cross_entropy
-    out = model(x)
-    loss = loss_fn(out, y)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if spec.clip > 0:
-        watcher.capture_grads()     # the norms before clipping
-        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
-    opt.step()
-    val = acc = None
-    if (t % spec.val_every == 0 and t > 0) or (t == 0 and spec.val_at_zero):
-        model.eval()
-        with torch.no_grad():
-            out_val = model(data.x_val)
-            val = loss_fn(out_val, data.y_val)
-        model.train()
-        acc = accuracy(out_val, data.y_val, torch)
-    share = top_share(out)  # the classifier's answers: this batch's top share
-    watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
+def _cross_entropy(spec: RunSpec, out: Any, y: Any, torch: Any) -> Any:
+    """The loss of every run of these families: a classifier's cross-entropy."""
+    return torch.nn.functional.cross_entropy(out, y)
+
+
+#: these families' schedule, faults and loss, for :func:`~trainsignals.curves.training.train_step`
+_KIT = StepKit(schedule_factor, _inject_weights, _corrupt, _cross_entropy)
 
 
 @contextmanager
@@ -698,8 +674,8 @@ def _twin(spec: RunSpec, model: Any, opt: Any, data: _Data, torch: Any) -> dict[
     recorded by its own watcher.
     """
     with _fork(spec, model, opt, data, torch) as (twin, topt):
-        return families.record_twin(spec, twin, topt, lambda t, watcher: _step(
-            spec, twin, topt, data, t, watcher, torch, fault=False, mult=None))
+        return families.record_twin(spec, twin, topt, lambda t, watcher: train_step(
+            _KIT, spec, twin, topt, data, t, torch, fault=False, mult=None, watcher=watcher))
 
 
 def _probe(spec: RunSpec, model: Any, opt: Any, data: _Data, t0: int, mult: float, n_steps: int,

@@ -10,6 +10,7 @@ imports neither of them, and no torch (the functions that need it are given it).
 * :func:`corpus` (the character LMs' text: the source of a few standard-library modules) and
   :func:`digits` (scikit-learn's 8x8 digits);
 * :func:`schedule_factor` and :func:`fault_lr_factor` — the learning rate's multipliers;
+* :func:`train_step` — one training step, fault and all, given a family set's :class:`StepKit`;
 * :class:`Collector` and :func:`watch` — a ``TorchWatcher`` feeding a Monitor that runs no
   detector and records every step; :func:`to_curve` turns what it recorded into a
   :class:`~trainsignals.curves.Curve`.
@@ -19,10 +20,10 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,7 @@ __all__ = [
     "FAULT_KINDS",
     "Collector",
     "RunSpec",
+    "StepKit",
     "corpus",
     "digits",
     "fault_lr_factor",
@@ -40,6 +42,7 @@ __all__ = [
     "schedule_factor",
     "seeded_rng",
     "to_curve",
+    "train_step",
     "watch",
 ]
 
@@ -257,6 +260,68 @@ def accuracy(out: Any, y: Any, torch: Any) -> Any:
     """
     with torch.no_grad():
         return (out.detach().argmax(-1) == y).to(torch.float32).mean()
+
+
+class StepKit(NamedTuple):
+    """What a set of families' training step looks up: its schedule, its faults and its loss.
+
+    Attributes:
+        lr_factor: ``(spec, t) -> float``, the schedule's multiplier of ``spec.lr`` at step ``t``.
+        inject_weights: ``(spec, model, torch)``, the fault's change to the weights at the onset.
+        corrupt: ``(spec, data, x, y, t, torch) -> (x, y)``, the fault's change to a batch.
+        loss_of: ``(spec, out, y, torch) -> loss``, the run's loss.
+    """
+
+    lr_factor: Callable[[Any, int], float]
+    inject_weights: Callable[[Any, Any, Any], None]
+    corrupt: Callable[[Any, Any, Any, Any, int, Any], tuple[Any, Any]]
+    loss_of: Callable[[Any, Any, Any, Any], Any]
+
+
+def train_step(kit: StepKit, spec: Any, model: Any, opt: Any, data: Any, t: int, torch: Any, *, fault: bool,
+               mult: float | None, watcher: Any = None) -> float:
+    """Step ``t`` of a run (its fault applied when ``fault``), recorded by ``watcher`` when given.
+
+    The learning rate (the schedule's, times the fault's multiplier, ``mult`` overriding it);
+    at the onset the fault's weights, and an overfitting fault's smaller training set; a batch
+    (corrupted by the fault); forward, backward, clipping (the watcher takes the norms before it),
+    the optimizer's step (none for a frozen optimizer's fault); a validation every
+    ``spec.val_every`` steps; the watcher's record of the loss, the validation and, for a
+    classifier, its answers. Returns the loss.
+    """
+    lr = spec.lr * kit.lr_factor(spec, t) * (fault_lr_factor(spec, t, mult) if fault else 1.0)
+    for group in opt.param_groups:
+        group["lr"] = float(np.float32(lr))
+    if fault and t == spec.onset:
+        kit.inject_weights(spec, model, torch)
+        if spec.kind == "overfitting":
+            data.restrict(int(spec.fault["n_examples"]))
+    x, y = data.batch()
+    if fault:
+        x, y = kit.corrupt(spec, data, x, y, t, torch)
+    out = model(x)
+    loss = kit.loss_of(spec, out, y, torch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if spec.clip > 0:
+        if watcher is not None:
+            watcher.capture_grads()  # the norms before clipping
+        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.clip)
+    if not (fault and spec.fault.get("freeze") and t >= spec.onset):
+        opt.step()
+    val = acc = None
+    if (t % spec.val_every == 0 and t > 0) or (t == 0 and spec.val_at_zero):
+        model.eval()
+        with torch.no_grad():
+            out_val = model(data.x_val)
+            val = kit.loss_of(spec, out_val, data.y_val, torch)
+        model.train()
+        if not data.regression:
+            acc = accuracy(out_val, data.y_val, torch)
+    if watcher is not None:  # a classifier's answers: the top share of this batch, the validation accuracy
+        share = None if data.regression else top_share(out)
+        watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
+    return float(loss.detach())
 
 
 def _f32(a: Any) -> np.ndarray:
