@@ -20,10 +20,12 @@ class EarlyClimbDivergence(Detector):
     """Flags geometric growth of the loss from its first steps: a run of rises that adds up.
 
     On ``y = log(x)`` (scale-free), the rule fires when the last ``steps`` step-to-step changes
-    are all rises and their total is at least ``max(log(min_ratio), noise_mult * noise)``, and
-    either no single rise makes more than ``max_share`` of it, or the other rises alone already
-    make such a climb: a lone spike at the end of small noise rises is not a climb; a climb that
-    accelerates, each rise larger than the last as a run blows up, is. ``noise`` is the EWMA
+    are all rises, their total is at least ``max(log(min_ratio), noise_mult * noise)``, the climb
+    ends above every one of the ``steps + 1`` values before it (a rise that stays within the range
+    the loss just covered is a rebound in its noise, however regular), and either no single rise
+    makes more than ``max_share`` of it, or the other rises alone already make such a climb: a
+    lone spike at the end of small noise rises is not a climb; a climb that accelerates, each
+    rise larger than the last as a run blows up, is. ``noise`` is the EWMA
     (weight ``noise_alpha``) of the second difference ``|y[t] - 2y[t-1] + y[t-2]|``: the run's
     irregularity, which a steady geometric climb does not inflate. It catches a blow-up within
     ``steps + 1`` values, before the first NaN.
@@ -86,7 +88,7 @@ class EarlyClimbDivergence(Detector):
         self._reset()
 
     def _reset(self) -> None:
-        self._buf: deque[float] = deque(maxlen=self.steps + 1)  # the last steps + 1 log values
+        self._buf: deque[float] = deque(maxlen=2 * self.steps + 2)  # the last 2 (steps + 1) log values
         self._sbuf: deque[int] = deque(maxlen=self.steps + 1)  # and their steps
         self._noise = 0.0
         self._nd = 0  # second differences seen
@@ -95,12 +97,16 @@ class EarlyClimbDivergence(Detector):
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
-        self._buf = deque(self._buf, maxlen=self.steps + 1)
+        self._buf = deque(self._buf, maxlen=2 * self.steps + 2)
         self._sbuf = deque(self._sbuf, maxlen=self.steps + 1)
 
     def _shape_ok(self, win: Sequence[float], gate: float) -> bool:
-        """No single rise dominates the climb, or the others alone make one."""
-        tail = list(win)
+        """The climb (the last ``steps + 1`` of ``win``) ends above the values before it, and no single
+        rise dominates it, or the others alone make one.
+        """
+        tail = list(win)[-self.steps - 1:]
+        if len(win) > len(tail) and tail[-1] <= max(list(win)[:-self.steps - 1]):
+            return False
         total = tail[-1] - tail[0]
         biggest = max(tail[k + 1] - tail[k] for k in range(self.steps))
         rest = total - biggest
@@ -116,12 +122,13 @@ class EarlyClimbDivergence(Detector):
         self._noise, self._nd = noise_step(y, buf, noise_prev, self._nd, self._a, self._b)
         buf.append(y)
         self._sbuf.append(step)
-        if step <= self._cooldown_until or len(buf) <= self.steps:
+        m = self.steps
+        if step <= self._cooldown_until or len(buf) <= m:
             return None
-        total = y - buf[0]
+        total = y - buf[-m - 1]
         gate = self.noise_mult * noise_prev
         if total >= self._rise and total >= gate:
-            if all(buf[k + 1] > buf[k] for k in range(self.steps)) and self._shape_ok(buf, gate):
+            if all(buf[k + 1] > buf[k] for k in range(len(buf) - m - 1, len(buf) - 1)) and self._shape_ok(buf, gate):
                 return self._event(step, total)
         return None
 
@@ -141,7 +148,7 @@ class EarlyClimbDivergence(Detector):
         if lim == 0:
             return 0
         y = column_log(arrays[0], i, i + lim)
-        h = m + 1
+        h, w = len(self._buf), 2 * m + 2  # the values held; the most the scalar step holds
         ext = np.concatenate((np.asarray(self._buf), y))  # the new values sit at ext[h:]
         noise = noise_levels(ext, h, self._a, self._b, self._noise, (arrays[0], i))
         st = steps[i:i + lim]
@@ -154,13 +161,13 @@ class EarlyClimbDivergence(Detector):
         keep = total[cs] >= gates
         k = lim
         for c, gate in zip(cs[keep].tolist(), gates[keep].tolist()):
-            if self._shape_ok(ext[c + 1:c + h + 1].tolist(), gate):
+            if self._shape_ok(ext[max(0, h + c + 1 - w):h + c + 1].tolist(), gate):  # the scalar step's buffer
                 k = int(c)
                 break
         if k:
-            self._buf = deque(ext[k:k + h].tolist(), maxlen=h)
+            self._buf = deque(ext[max(0, h + k - w):h + k].tolist(), maxlen=w)
             prev = np.asarray(self._sbuf, dtype=np.int64)
-            self._sbuf = deque(np.concatenate((prev, st[:k]))[k:k + h].tolist(), maxlen=h)
+            self._sbuf = deque(np.concatenate((prev, st[:k]))[-(m + 1):].tolist(), maxlen=m + 1)
             self._noise = float(noise[k - 1])
             self._nd += k
             self._last_step = int(st[k - 1])
