@@ -56,6 +56,7 @@ __all__ = [
     "DIFFICULTIES",
     "HEALTHY",
     "KINDS",
+    "WITHHOLDABLE",
     "Curve",
     "default_directory",
     "generate",
@@ -78,6 +79,9 @@ _MANIFEST = "manifest.json"
 _DENSE: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio")
 #: the series a suite file may lack (written before they existed): they load empty
 _OPTIONAL_SERIES: tuple[str, ...] = ("val_metric", "pred_steps", "pred_top_share")
+#: the signals :meth:`Curve.withheld` can take away (every signal a curve holds but the loss)
+WITHHOLDABLE: tuple[str, ...] = ("grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "activations",
+                                 "pred_top_share", "val_metric")
 _MIN_STEPS = 400
 _MAX_STEPS = 2000
 
@@ -237,11 +241,9 @@ class Curve:
             >>> bool(c.gaps["update_ratio"].all()), "update_ratio" in generate("stall", seed=0).gaps
             (True, False)
         """
-        known = ("grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "activations", "pred_top_share",
-                 "val_metric")
-        bad = [s for s in signals if s not in known]
+        bad = [s for s in signals if s not in WITHHOLDABLE]
         if bad:
-            raise ValueError(f"signals: cannot withhold {bad[0]!r}; choose from {known}")
+            raise ValueError(f"signals: cannot withhold {bad[0]!r}; choose from {WITHHOLDABLE}")
         n = self.total_steps
         change: dict[str, Any] = {}
         gaps = dict(self.gaps)

@@ -1136,9 +1136,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="score the runs as logged every N steps (the loss a block's mean, other signals "
                              "the block's last value, no per-layer signals), replayed as imported logs are: "
                              "Monitor(total_steps=<steps>, log_every=N)")
-    parser.add_argument("--withhold", action="append", default=[], metavar="SIGNAL",
-                        help="score the runs as if SIGNAL were never measured (repeatable; e.g. update_ratio, "
-                             "layer_grad_norms): the targets then say how the Monitor does without it")
+    from trainsignals.curves import WITHHOLDABLE
+
+    parser.add_argument("--withhold", action="append", default=[], metavar="SIGNAL", choices=WITHHOLDABLE,
+                        help="score the runs as if SIGNAL were never measured (repeatable; one of "
+                             f"{', '.join(WITHHOLDABLE)}): the targets then say how the Monitor does without it")
     parser.add_argument("--calibration", metavar="FILE",
                         help="also score the Monitor with the knob values of FILE (as `python -m "
                              "trainsignals.eval.calibrate --write --out FILE` writes it), beside the default")
