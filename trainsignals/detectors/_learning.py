@@ -20,7 +20,7 @@ import numpy as np
 
 from ._ops import column_log, shared_ewma
 
-__all__ = ["FALL", "LEARN_KEYS", "LEVEL_ALPHA", "LearningOnset", "began"]
+__all__ = ["FALL", "LEARN_KEYS", "LEVEL_ALPHA", "LEVEL_KEYS", "LearningOnset", "began"]
 
 #: how far the smoothed log loss must fall below its first value: 5 %, the tolerance within which
 #: the coupling rules call a smoothed loss level unmoved (their ``loss_tolerance`` default)
@@ -28,9 +28,11 @@ FALL = math.log(1.05)
 #: the weight of the level (about 20 values of memory) where a rule keeps no level of its own:
 #: the coupling rules' default ``alpha``
 LEVEL_ALPHA = 0.1
-#: the state a rule keeps for it: the level, its first value, the count of values before the one at
-#: which the run began to learn (-1: not yet)
-LEARN_KEYS = ("lev", "u0", "learning")
+#: the state a rule keeps for it: the first level, the count of values before the one at which the
+#: run began to learn (-1: not yet)
+LEARN_KEYS = ("u0", "learning")
+#: and a rule whose level the mixin smooths (:meth:`LearningOnset._learn`): the level too
+LEVEL_KEYS = ("lev", *LEARN_KEYS)
 _B = 1.0 - LEVEL_ALPHA
 
 
@@ -46,10 +48,11 @@ def began(levels: np.ndarray, first: float) -> int:
 
 
 class LearningOnset:
-    """Mixin of a detector that keeps when its run began to learn (its ``_state_keys`` add :data:`LEARN_KEYS`).
+    """Mixin of a detector that keeps when its run began to learn.
 
     Call :meth:`_learn_reset` from ``_reset``; while ``self._learning < 0``, feed each value's
-    level (:meth:`_learn_level`, a rule that smooths the loss itself) or log loss (:meth:`_learn`);
+    level (:meth:`_learn_level`: a rule that smooths the loss itself, whose ``_state_keys`` add
+    :data:`LEARN_KEYS`) or log loss (:meth:`_learn`: the mixin smooths it, :data:`LEVEL_KEYS`);
     :meth:`_learned` says whether a value lies at or after the onset. A batch path finds the onset
     among the values it is about to take (:meth:`_onset_ahead`: the rule judges the value at the
     onset as if it had not come, as the scalar step does) and keeps what it took
@@ -59,16 +62,18 @@ class LearningOnset:
     _lev: float
     _u0: float
     _learning: int
-    _block: np.ndarray  # a batch path's levels and the onset among them, between _onset_ahead
-    _ahead: int  # and _learn_keep (not state)
+    _block: np.ndarray  # a batch path's levels, the onset among them and whether they are the
+    _ahead: int  # mixin's own, between _onset_ahead and _learn_keep (not state)
+    _own: bool
 
-    def _learn_reset(self) -> None:
-        self._lev = self._u0 = 0.0
-        self._learning = -1
+    def _learn_reset(self, own_level: bool = False) -> None:
+        """Forget the onset (and, for a rule that learns through :meth:`_learn`, the level)."""
+        self._u0, self._learning = 0.0, -1
+        if own_level:
+            self._lev = 0.0
 
     def _learn_level(self, level: float, k: int) -> None:
         """Take the level after the ``k``-th value (0: the first)."""
-        self._lev = level
         if not k:
             self._u0 = level
         elif level <= self._u0 - FALL:
@@ -76,7 +81,8 @@ class LearningOnset:
 
     def _learn(self, y: float, k: int) -> None:
         """Take the ``k``-th value's log loss ``y`` into an EWMA level (weight :data:`LEVEL_ALPHA`)."""
-        self._learn_level(LEVEL_ALPHA * y + _B * self._lev if k else y, k)
+        self._lev = LEVEL_ALPHA * y + _B * self._lev if k else y
+        self._learn_level(self._lev, k)
 
     def _learned(self, k: int) -> bool:
         """Whether the ``k``-th value came once the run had begun to learn."""
@@ -91,6 +97,7 @@ class LearningOnset:
         """
         if self._learning >= 0:
             return self._learning
+        self._own = level is None
         self._block = shared_ewma(col, i, "log", column_log(col, i, i + n), a, 1.0 - a,
                                   self._lev if level is None else level)
         at = began(self._block, self._u0)
@@ -98,8 +105,9 @@ class LearningOnset:
         return self._ahead
 
     def _learn_keep(self, k: int, seen: int) -> None:
-        """After a batch path took ``k`` values after ``seen``: the level of the last, and the onset if it came."""
+        """After a batch path took ``k`` values after ``seen``: the onset if it came (and the mixin's level)."""
         if self._learning < 0 and k:
             if 0 <= self._ahead < seen + k:  # the level stops at the onset's, as in the scalar step
                 self._learning, k = self._ahead, self._ahead - seen + 1
-            self._lev = float(self._block[k - 1])
+            if self._own:
+                self._lev = float(self._block[k - 1])

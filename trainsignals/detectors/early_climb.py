@@ -104,8 +104,9 @@ class EarlyClimbDivergence(Detector):
         """The climb (the last ``steps + 1`` of ``win``) ends above the values before it, and no single
         rise dominates it, or the others alone make one.
         """
-        tail = list(win)[-self.steps - 1:]
-        if len(win) > len(tail) and tail[-1] <= max(list(win)[:-self.steps - 1]):
+        values = list(win)
+        tail, before = values[-self.steps - 1:], values[:-self.steps - 1]
+        if before and tail[-1] <= max(before):
             return False
         total = tail[-1] - tail[0]
         biggest = max(tail[k + 1] - tail[k] for k in range(self.steps))

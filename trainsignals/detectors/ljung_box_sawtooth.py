@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._learning import LEARN_KEYS, LearningOnset
+from ._learning import LEVEL_KEYS, LearningOnset
 from ._ops import column_log, first_unusable, first_usable, log
 
 _NAN = math.nan
@@ -68,7 +68,7 @@ class LjungBoxSawtooth(LearningOnset, Detector):
 
     knob = Knob("pattern_p", 1e-9, 0.05, quieter="lower")
     _state_keys = ("n", "ml", "vl", "bl", "ng", "mg", "vg", "bg", "ys", "gs", "ss", "quiet_until", "last_step",
-                   *LEARN_KEYS)
+                   *LEVEL_KEYS)
 
     def __init__(self, window: int = 32, ratio: float = 2.0, frac: float = 0.4, spread: float = 2.0,
                  pattern_p: float = 1e-3, warmup: int = 128, cooldown: int = 100, signal: str = "loss") -> None:
@@ -91,7 +91,7 @@ class LjungBoxSawtooth(LearningOnset, Detector):
         self._ys: deque[float] = deque(maxlen=sw.SPAN * self.window)
         self._gs: deque[float] = deque(maxlen=sw.SPAN * self.window)  # nan: no grad norm at that value
         self._ss: deque[int] = deque(maxlen=self.window)
-        self._learn_reset()
+        self._learn_reset(own_level=True)
 
     def _set_state(self, state: dict[str, Any]) -> None:
         super()._set_state(state)
