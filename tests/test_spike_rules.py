@@ -106,28 +106,31 @@ def test_after_alarm_behaviour_is_cooldown_steps_and_the_rules_own_re_arm():
 
 
 def test_the_z_bar_rises_with_the_runs_own_record_of_noise():
-    """Wobbles the run took back (z about 6, three times) raise a lone value's bar to half again their z-score.
+    """Wobbles the run took back (z about 6, three times) raise the bar to half again their z-score.
 
     A value at z about 8.5 is a spike in a run that never wobbled, and one more wobble in a run
-    that did; a value at z about 13 is a spike in both; three values in a row at z about 6 are a
-    jump in both (fresh noise, seed 5040).
+    that did; a value at z about 13 is a spike in both. The CUSUM sum of consecutive values must
+    reach the same raised bar: two or three in a row at the wobbles' height are a jump in the run
+    that never wobbled and one more wobble in the other; two at z about 6 are a jump in both
+    (fresh noise, seed 5040).
     """
     rng = np.random.default_rng(5040)
     noise = 0.1 * rng.standard_normal(1000)
     wobbled = noise.copy()
     wobbled[[300, 500, 700]] = 0.55
 
-    def steps(y: np.ndarray, value: float) -> list[int]:
+    def steps(y: np.ndarray, value: float, n: int = 1) -> list[int]:
         y = y.copy()
-        y[900] = value
+        y[900:900 + n] = value
         return [e.step for e in ts.EWMAZSpike().scan(loss=2.0 * np.exp(y))]
 
     assert steps(noise, 0.8) == [900]
     assert steps(wobbled, 0.8) == []
     assert steps(wobbled, 1.2) == [900]
-    # the bar is a lone value's: consecutive values (z about 6 each) are summed as before
-    wobbled[901:903] = 0.62
-    assert steps(wobbled, 0.62) == [901]
+    for n in (2, 3):
+        assert steps(noise, 0.55, n=n) == [901]
+        assert steps(wobbled, 0.55, n=n) == []
+    assert steps(wobbled, 0.6, n=2) == [901]
 
 
 def test_heavy_tailed_noise_raises_the_bar_and_light_tailed_noise_does_not():

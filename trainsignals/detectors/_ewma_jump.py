@@ -10,11 +10,14 @@ innovations of ``y = log(x)`` (or ``x`` when ``log=False``), judged one step beh
 A value is folded into ``m`` and ``v`` one step after it arrives (the "pending" value), and only
 if the value after it is not anomalous, so a bad batch spanning two or three steps cannot inflate
 the scale its second value is measured against. With ``z = d / sqrt(v + floor**2)`` a CUSUM
-``S <- min(h, max(0, S + z - k))``, ``k = SLACK*threshold``, ``h = threshold - k`` (one sum per
-watched direction) marks a value *anomalous* when ``S + z - k >= h``: one value at
-``z >= threshold``, or consecutive values whose z-scores exceed ``k`` by ``h`` in total. The lone
-value's bar is relative to the run's own tail: ``threshold``, or ``RECORD`` times the run's record
-(the largest z-score of a value learned as noise) once that is larger (:data:`RECORD`). An
+``S <- min(h, max(0, S + z - k))``, ``k = SLACK*threshold``, ``h = bar - k`` (one sum per watched
+direction) marks a value *anomalous* when ``S + z - k >= h``: one value at ``z >= bar``, or
+consecutive values whose z-scores exceed ``k`` by ``h`` in total. The bar is relative to the run's
+own tail: ``threshold``, or ``RECORD`` times the run's record (the largest z-score of a value
+learned as noise) once that is larger (:data:`RECORD`). The record raises the decision interval
+``h`` (the evidence an alarm needs, the CUSUM's false-alarm setting), for a burst of consecutive
+values as for a lone one; the reference ``k`` (how far above the level a value must lie to count
+as evidence, the CUSUM's design shift) stays, so a lasting shift still sums to an alarm. An
 value that is a z-outlier (``z > k``) is also anomalous when the host passes a ``peak_ratio`` and the value
 is at least that many times the largest of the previous ``PEAK_WINDOW`` values (the peak test of
 :class:`PeakRatioSpike`; log mode, upward only). An anomalous value that is also a jump of at least ``min_ratio`` times the level opens a *watch*
@@ -92,7 +95,9 @@ PEAK_RATIO = 5.0
 PEAK_WINDOW = 100
 #: the z-score a lone value (one the CUSUM sums from zero) must reach is the larger of ``threshold`` and RECORD
 #: times the run's *record*: the largest z-score (in the watched direction) of a value the tracker learned as
-#: noise (the value after it was not anomalous), outside a jump's watch. Consecutive values are summed as before.
+#: noise (the value after it was not anomalous), outside a jump's watch. The CUSUM's decision interval is that
+#: bar less its reference, so a burst of consecutive values must sum to the same bar (a heavy-tailed run's two
+#: or three high batches in a row are its own noise too); the reference stays SLACK times ``threshold``.
 #: The largest of 1,000 Gaussian values is about 3.2 (above 4.3 once in 100 runs), so with light-tailed noise
 #: the bar stays at ``threshold``; only a run whose own noise went past ``threshold / RECORD`` (4.67 for 7: a
 #: 1-in-650,000 Gaussian value), a heavy-tailed one, is held to half again its worst wobble. Not chosen on a
@@ -164,7 +169,6 @@ class EWMAJump:
         self._peak = float(peak_ratio) if peak_ratio is not None else math.inf
         self._peak_n = PEAK_WINDOW if (self.log and peak_ratio is not None) else 0
         self._k = SLACK * float(self.threshold)
-        self._h = float(self.threshold) - self._k
         self._lo_k = -self._k if self.direction != "up" else -math.inf
         self._hi_k = self._k if self.direction != "down" else math.inf
         self._up = self.direction != "down"
@@ -186,10 +190,10 @@ class EWMAJump:
         self._bar(float(state["record"]))
 
     def _bar(self, record: float) -> None:
-        """Set the run's record deviation and the bar a lone value must clear (see :data:`RECORD`)."""
+        """Set the run's record deviation, the bar and the CUSUM's decision interval on it (see :data:`RECORD`)."""
         self._record = record
         bar = max(float(self.threshold), RECORD * record)
-        self._hb = bar - self._k  # the CUSUM's sum a lone value (from a zero sum) must reach: z >= bar
+        self._h = bar - self._k  # the sum a value must reach: z >= bar for a lone one (from a zero sum)
         self._next_record = bar / RECORD  # a value learned beyond this deviation raises the bar
 
     def _learn(self) -> None:
@@ -255,13 +259,13 @@ class EWMAJump:
         was_up, was_dn = self._acc_up > 0.0, self._acc_dn > 0.0
         if self._up:
             raw = self._acc_up + z - k
-            anomalous = raw >= (h if was_up else self._hb)
+            anomalous = raw >= h
             self._acc_up = 0.0 if raw < 0.0 else min(h, raw)
             if not anomalous and z > k and self._recent and x >= self._peak * max(self._recent):
                 anomalous = True
         if self._dn:
             raw = self._acc_dn - z - k
-            if raw >= (h if was_dn else self._hb) and not anomalous:
+            if raw >= h and not anomalous:
                 anomalous, sign = True, -1.0
             self._acc_dn = 0.0 if raw < 0.0 else min(h, raw)
         self._recent.append(x)
@@ -344,7 +348,7 @@ class EWMAJump:
             return trajectory(y, p0, m0, v0, self.log, u, lev)
 
         m, v, z = shared_run(key, lim, run)
-        k, acc_up, acc_dn = shared(None if key is None else (*key, lim, self._k, self._h, self._hb, self._up, self._dn),
+        k, acc_up, acc_dn = shared(None if key is None else (*key, lim, self._k, self._h, self._up, self._dn),
                                    lambda: self._cusum(z, lim))
         if self._peak_n and k:
             c = first_peak(self._recent, x[:k], np.flatnonzero(z[:k] > self._k) if self._up else (), self._peak)
@@ -395,7 +399,7 @@ class EWMAJump:
         value takes the sum back to 0. Those runs are judged at once (with the loop's own arithmetic,
         ``(0 + z) - k`` then ``(that + z') - k``); the loop walks the others.
         """
-        kk, h, hb = self._k, self._h, self._hb
+        kk, h = self._k, self._h
         cs = np.flatnonzero(z[:lim] > kk)
         if len(cs):
             r1 = z[cs] - kk
@@ -409,7 +413,7 @@ class EWMAJump:
             t, acc = c, 0.0
             while t < lim:
                 raw = acc + float(z[t]) - kk
-                if raw >= (h if acc > 0.0 else hb):  # a lone value (from a zero sum) must clear the bar
+                if raw >= h:
                     return t, acc
                 acc = 0.0 if raw < 0.0 else min(h, raw)
                 if acc == 0.0:

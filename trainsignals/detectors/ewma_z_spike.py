@@ -23,11 +23,12 @@ class EWMAZSpike(EWMAJump, Detector):
     (the tracker of :mod:`trainsignals.detectors._ewma_jump`, shared with :class:`LevelShift`).
     A value fires when it is *anomalous* (one value at ``z >= threshold``, or consecutive ones
     whose z-scores exceed ``0.5*threshold`` by ``0.5*threshold`` in total) and a jump of at least
-    ``min_ratio`` times the level. A lone value's bar follows the run's own tail: once the run has
-    shown and taken back a value at ``z > threshold / 1.5``, a lone value must reach 1.5 times the
-    largest such z (``RECORD``: heavy-tailed noise is judged against its own worst wobble; Gaussian
-    noise almost never raises the bar). Nothing fires during the first 20 values. The event reports
-    ``z`` against ``threshold``; its ``onset_step`` is its own step.
+    ``min_ratio`` times the level. The bar follows the run's own tail: once the run has shown and
+    taken back a value at ``z > threshold / 1.5``, it is 1.5 times the largest such z, for a lone
+    value and for the CUSUM sum of consecutive ones alike (``RECORD``: heavy-tailed noise, bursts
+    of two or three high batches included, is judged against its own worst wobble; Gaussian noise
+    almost never raises the bar). Nothing fires during the first 20 values. The event reports ``z``
+    against ``threshold``; its ``onset_step`` is its own step.
 
     **Re-arm.** After a jump the detector watches the next ``hold`` values and raises no new
     event until the watch decides: the value came back (re-armed at the old level), or it stayed
