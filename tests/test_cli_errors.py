@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from trainsignals.cli import main
-from trainsignals.cli._options import UsageError, nonnegative_float, positive_int, run_command
+from trainsignals.cli.options import UsageError, nonnegative_float, positive_int, run_command
 from trainsignals.eval import bench
 from trainsignals.io.traces import write_trace
 

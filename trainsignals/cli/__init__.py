@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from trainsignals.cli._options import UsageError, nonnegative_int, positive_float, positive_int, run_command
+from trainsignals.cli.options import UsageError, nonnegative_int, positive_float, positive_int, run_command
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainsignals.cli._options import error_message, nonnegative_float, positive_float, positive_int
+from trainsignals.cli.options import error_message, nonnegative_float, positive_float, positive_int
 from trainsignals.io._console import make_console
 from trainsignals.io.report import (
     EXIT_UNREADABLE,

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from trainsignals._events import Kind
-from trainsignals.cli._options import UsageError, positive_int, run_command
+from trainsignals.cli.options import UsageError, positive_int, run_command
 from trainsignals.eval.baselines import Alarm, default_baselines, sagemaker_rules
 from trainsignals.kinds import default_window
 
@@ -1154,7 +1154,7 @@ def _given_suites(suites: Sequence[str]) -> list[Any]:
 
     Raises:
         FileNotFoundError: a suite is not there.
-        trainsignals.cli._options.UsageError: a suite folder that does not load (its manifest
+        trainsignals.cli.options.UsageError: a suite folder that does not load (its manifest
             is another tool's, or disagrees with its files).
     """
     try:
@@ -1167,7 +1167,7 @@ def _calibration_settings(path: str) -> dict[str, Any]:
     """The Monitor settings of the ``--calibration`` file.
 
     Raises:
-        trainsignals.cli._options.UsageError: the file cannot be read or is not a calibration file.
+        trainsignals.cli.options.UsageError: the file cannot be read or is not a calibration file.
     """
     from .calibrate import settings_from_file
 
@@ -1186,7 +1186,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     Raises:
         FileNotFoundError: a ``--suite`` is not there.
-        trainsignals.cli._options.UsageError: options that do not go together, a ``--suite``
+        trainsignals.cli.options.UsageError: options that do not go together, a ``--suite``
             folder or ``--calibration`` file that does not load, a ``--withhold`` that is not a
             signal (:func:`main` prints them as ``error:`` and returns 2).
     """
