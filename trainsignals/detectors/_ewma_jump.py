@@ -197,9 +197,13 @@ class EWMAJump:
         self._next_record = bar / RECORD  # a value learned beyond this deviation raises the bar
 
     def _learn(self) -> None:
-        """Fold the pending value into the level and the variance (plain running averages in warm-up)."""
+        """Fold the pending value into the level and the variance (plain running averages in warm-up).
+
+        Warm-up ends as :meth:`_track_step` ends it: after ``WARMUP`` values, or once fewer (but
+        ``MIN_WARM``) cover ``WARMUP`` steps; from then on every path folds with the EWMA weights.
+        """
         y, n = self._pending, self._n
-        if n >= WARMUP:
+        if n >= WARMUP or covered(n, self._first_step, self._last_step, WARMUP):
             d = y - self._mean
             self._mean = ALPHA * y + _B * self._mean
             self._var = _VB * self._var + _VBA * (d * d)

@@ -14,7 +14,8 @@ import numpy as np
 
 from ._ops import column_id, column_log, ewma, shared, shared_ewma
 
-__all__ = ["NOISE_PER_SD", "PREFILTER_SLACK", "batch_line", "batch_trend", "noise_levels", "noise_step", "window_trend"]
+__all__ = ["NOISE_PER_SD", "PREFILTER_SLACK", "batch_line", "batch_trend", "noise_levels", "noise_step", "noise_warming",
+           "window_trend"]
 
 #: E|y[t] - 2y[t-1] + y[t-2]| of white noise, in units of its standard deviation:
 #: sqrt(6) * sqrt(2/pi) (the second difference of white noise has variance 6, its mean
@@ -84,14 +85,26 @@ def batch_trend(wins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def noise_step(y: float, buf: Sequence[float], noise: float, nd: int, a: float, b: float) -> tuple[float, int]:
     """One value ``y`` of the noise scale: the EWMA of ``|y - 2 buf[-1] + buf[-2]|`` and its count.
 
-    ``buf`` holds the log values before ``y``; with fewer than two, nothing changes. The first
-    second difference is the level itself (weights ``a``, ``b = 1 - a`` from then on).
+    ``buf`` holds the log values before ``y``; with fewer than two, nothing changes. While
+    :func:`noise_warming`, the scale is the plain mean of the second differences so far (the
+    ``nd + 1``-th weighs ``1 / (nd + 1)``); then an EWMA of weights ``a``, ``b = 1 - a``. Started
+    as an EWMA from its first value, a run's first, smooth steps would still hold a third of the
+    scale twenty values later (``(1 - 0.05) ** 20``), under the noise its later steps show.
     """
     if len(buf) < 2:
         return noise, nd
     b1 = buf[-1]
     ad = abs((y - b1) - (b1 - buf[-2]))
-    return (a * ad + b * noise if nd else ad), nd + 1
+    if noise_warming(nd, a):
+        return (noise + (ad - noise) / (nd + 1) if nd else ad), nd + 1
+    return a * ad + b * noise, nd + 1
+
+
+def noise_warming(nd: int, a: float) -> bool:
+    """Whether a noise scale of ``nd`` second differences is still a plain mean: the next one would
+    weigh more than the EWMA weight ``a`` (the batch paths advance only a warm scale).
+    """
+    return 1.0 / (nd + 1) > a
 
 
 def noise_levels(ext: np.ndarray, held: int, a: float, b: float, noise0: float,

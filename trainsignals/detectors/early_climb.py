@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ops import NEVER, column_log, first_unusable, log
-from ._trend import noise_levels, noise_step
+from ._trend import noise_levels, noise_step, noise_warming
 
 
 class EarlyClimbDivergence(Detector):
@@ -25,9 +25,10 @@ class EarlyClimbDivergence(Detector):
     the loss just covered is a rebound in its noise, however regular), and either no single rise
     makes more than ``max_share`` of it, or the other rises alone already make such a climb: a
     lone spike at the end of small noise rises is not a climb; a climb that accelerates, each
-    rise larger than the last as a run blows up, is. ``noise`` is the EWMA
-    (weight ``noise_alpha``) of the second difference ``|y[t] - 2y[t-1] + y[t-2]|``: the run's
-    irregularity, which a steady geometric climb does not inflate. It catches a blow-up within
+    rise larger than the last as a run blows up, is. ``noise`` is the mean of the second
+    differences ``|y[t] - 2y[t-1] + y[t-2]|`` so far, an EWMA of weight ``noise_alpha`` once a
+    plain mean would weigh them less: the run's irregularity, which a steady geometric climb does
+    not inflate. It catches a blow-up within
     ``steps + 1`` values, before the first NaN.
 
     The event is a critical ``divergence``; ``onset_step`` is the first step of the rising run.
@@ -143,7 +144,7 @@ class EarlyClimbDivergence(Detector):
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         m = self.steps
-        if len(self._buf) <= m or self._nd == 0:
+        if len(self._buf) <= m or noise_warming(self._nd, self._a):
             return 0
         lim = first_unusable(arrays[0], i, j, positive=True)
         if lim == 0:

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ops import NEVER, column_log, first_true, log, shifted
-from ._trend import PREFILTER_SLACK, batch_trend, noise_levels, noise_step, window_trend
+from ._trend import PREFILTER_SLACK, batch_trend, noise_levels, noise_step, noise_warming, window_trend
 
 #: at the start of a run the trend is fitted once the window is this full (a half: SlopeDivergence's
 #: rule, so a run that diverges from its first steps is seen within half a window)
@@ -27,8 +27,9 @@ class TrendDivergence(Detector):
     on, at the start of a run) the rule fires when the least-squares slope has t-statistic
     ``>= threshold`` and the fitted rise ``slope * (window - 1)`` is at least ``log(min_ratio)``.
     The fit (:func:`~trainsignals.detectors._trend.window_trend`) is only computed when the
-    newest value sits ``max(log(min_ratio), noise)`` above the oldest, with ``noise`` the EWMA
-    (weight ``noise_alpha``) of the second difference ``|y[t] - 2y[t-1] + y[t-2]|``. A spike
+    newest value sits ``max(log(min_ratio), noise)`` above the oldest, with ``noise`` the mean
+    of the second differences ``|y[t] - 2y[t-1] + y[t-2]|`` so far (an EWMA of weight
+    ``noise_alpha`` once a plain mean would weigh them less). A spike
     that recovers inflates the residuals and does not count.
 
     The event is a critical ``divergence``; ``onset_step`` is the window's lowest point. After
@@ -134,7 +135,7 @@ class TrendDivergence(Detector):
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         w = self.window
-        if len(self._buf) < w or self._nd == 0:
+        if len(self._buf) < w or noise_warming(self._nd, self._a):
             return 0
         y = column_log(arrays[0], i, j)
         lim = first_true(~np.isfinite(y))
