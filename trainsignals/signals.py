@@ -393,7 +393,7 @@ def _layer_matrix(name: str, value: Any, known: tuple[str, ...] | None) -> tuple
         keys = known if known is not None and len(known) == mat.shape[1] else positional_names(mat.shape[1])
     if known is not None and keys != known:
         raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
-    if SIGNALS[name].nonneg and mat.size and np.nanmin(mat) < 0:
+    if SIGNALS[name].nonneg and mat.size and (mat < 0).any():  # (NaN compares false: a gap, not a negative)
         raise ValueError(f"{name} must be >= 0")
     return mat, keys
 

@@ -50,6 +50,7 @@ from ._ops import (
     column_log,
     ewma,
     ewvar,
+    first_true,
     first_unusable,
     key_float,
     same_float,
@@ -75,6 +76,10 @@ SLACK = 0.5
 LOG_FLOOR = 1e-3
 #: the scale's floor in linear mode, as a fraction of the level (the same 0.1 %)
 LIN_FLOOR = 1e-3
+#: the largest magnitude the linear mode takes: the square of the difference of two such values (4e300) is
+#: still a float, so the variance stays finite; a value beyond it is skipped, as a non-finite one is (a
+#: variance that overflowed to inf would make every later z-score 0: the rule blind for the rest of the run)
+LIN_MAX = 1e150
 #: a value within this many pre-jump scales of the old level counts as back (a 2-sigma band)
 SETTLE_Z = 2.0
 #: the watch goes on while the second half's median is this fraction of the jump (in log units: sqrt(min_ratio))
@@ -221,7 +226,7 @@ class EWMAJump:
         """One value: the quiet case inline, anything else through :meth:`_judge` (the host's ``_step``)."""
         self._last_step = step
         lg = self.log
-        if x - x != 0.0 or (lg and x <= 0.0):
+        if x - x != 0.0 or (x <= 0.0 if lg else not -LIN_MAX <= x <= LIN_MAX):  # no log, or past LIN_MAX
             return None
         y = (_log(x) if log_x is None else log_x) if lg else x
         if self._n < WARMUP and not covered(self._n, self._first_step, step, WARMUP):
@@ -338,6 +343,8 @@ class EWMAJump:
                 or self._ep_left or self._acc_up or self._acc_dn):
             return 0
         lim = first_unusable(col, i, j, positive=self.log)
+        if not self.log and lim:  # a value past LIN_MAX is skipped by the scalar path
+            lim = first_true(np.abs(col[i:i + lim]) > LIN_MAX)
         if lim == 0:
             return 0
         x = col[i:i + lim]
@@ -439,18 +446,22 @@ def trajectory(y: np.ndarray, p0: float, m0: float, v0: float, log: bool, u: np.
         m = ewma(u, ALPHA, _B, m0)
     mp = shifted(m, m0)
     du = u - mp
-    v = ewvar(np.multiply(du, du, out=du), VAR_ALPHA, _VB, v0)
+    with np.errstate(over="ignore"):  # a linear signal near the float range: its square is inf, as in the scalar path
+        np.multiply(du, du, out=du)
+    v = ewvar(du, VAR_ALPHA, _VB, v0)
     vp = shifted(v, v0)
     if log:
         vp += _LOG_FLOOR2
     else:  # vp + (f * f + 1e-300)
         f = LIN_FLOOR * np.abs(mp)
-        np.multiply(f, f, out=f)
+        with np.errstate(over="ignore"):
+            np.multiply(f, f, out=f)
         f += 1e-300
         vp += f
     np.sqrt(vp, out=vp)
     z = np.subtract(y, mp, out=mp)
-    return m, v, np.divide(z, vp, out=z)
+    with np.errstate(over="ignore"):  # a jump of 1e300 on a scale of 1e-10: z is inf, as in the scalar path
+        return m, v, np.divide(z, vp, out=z)
 
 
 def first_peak(recent: deque[float], x: np.ndarray, cand: Sequence[int] | np.ndarray, ratio: float) -> int:

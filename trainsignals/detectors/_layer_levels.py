@@ -22,6 +22,7 @@ from .._layers import LayerValues
 from .._validate import check_range
 from ..signals import layers
 from ._base import Detector, _jsonable
+from ._factors import times
 from ._ops import lfilter
 
 __all__ = ["LayerLevels", "CALM", "as_named_vector", "cliff_message", "middle", "first_bad_row"]
@@ -277,6 +278,6 @@ class LayerLevels(Detector):
 
 def cliff_message(layer: str, f: np.ndarray, below: np.ndarray, dropped: np.ndarray, worst: int, n_hit: int) -> str:
     """The vanishing-gradient rules' message: the worst layer's grad norm and how far it is from both references."""
-    return (f"grad norm of layer {layer} is {10 ** float(f[worst]):.3g}: {below[worst]:.1f} decades below "
+    return (f"grad norm of layer {layer} is {times(float(f[worst]), base10=True)}: {below[worst]:.1f} decades below "
             f"the median layer and {dropped[worst]:.1f} below its own history"
             + (f" ({n_hit} layers on the cliff)" if n_hit > 1 else ""))

@@ -319,12 +319,12 @@ def rises(x: np.ndarray, i: int, j: int, ratio: float) -> np.ndarray:
     found once for the whole column).
     """
     if not _SHARED.depth:
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
             return np.flatnonzero(x[i:j] >= ratio * x[i - 1:j - 1]) + i  # type: ignore[no-any-return]
     key = ("rises", id(x), key_float(ratio))
     hit = _SHARED.store.get(key)
     if hit is None or hit[0] is not x:
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # ratio * x may pass the float range: inf
             hit = _SHARED.store[key] = (x, frozen(np.flatnonzero(x[1:] >= ratio * x[:-1]) + 1))
     idx = hit[1]
     return idx[np.searchsorted(idx, i):np.searchsorted(idx, j)]  # type: ignore[no-any-return]

@@ -29,6 +29,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input
+from ._factors import expm1_or_inf, times
 from ._interval import MIN_HOLD, MIN_VALUES
 from ._ops import (
     column_id,
@@ -71,8 +72,8 @@ _NOISE_B = 1.0 - NOISE_ALPHA
 
 def factor(d: float) -> str:
     """A log-space improvement as a percentage, or as a factor when large."""
-    pct = math.expm1(d) * 100.0
-    return f"{pct:.2g}%" if pct < 100.0 else f"{math.exp(d):.3g}x"
+    pct = expm1_or_inf(d) * 100.0
+    return f"{pct:.2g}%" if pct < 100.0 else f"{times(d)}x"
 
 
 def back(ext: np.ndarray, hl: int, nb: int, lag: int) -> np.ndarray:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ._factors import exp_or_inf
 from ._ops import column_id, ewma, first_usable, key_float, shared_run, shifted
 from ._trend import batch_line
 
@@ -231,7 +232,7 @@ def swing_ratio(ys: Sequence[float], w2: int) -> float:
     res, rise = residuals(list(islice(ys, m - w2, m)))
     if abs(rise) > EFFICIENCY * spread(res):
         return 0.0
-    return scale(res) / scale(residuals(list(islice(ys, 0, w2)))[0]) * math.exp(lvl)
+    return scale(res) / scale(residuals(list(islice(ys, 0, w2)))[0]) * exp_or_inf(lvl)
 
 
 #: a block whose every rate is at least this share of the current one trained at about the current step
@@ -291,7 +292,7 @@ class RateBands:
         for b in reversed(self.blocks):
             if b[0] < before and b[1] >= SAME_RATE * self.lprev:
                 lvl = median(cur) - b[2]
-                return lvl >= 0.0 and scale(residuals(list(cur))[0]) / b[3] * math.exp(lvl) >= shift
+                return lvl >= 0.0 and scale(residuals(list(cur))[0]) / b[3] * exp_or_inf(lvl) >= shift
         return True
 
 
@@ -304,7 +305,7 @@ def grad_move(gs: Sequence[float], w2: int) -> float:
     rc, rr = residuals(cur)[0], residuals(ref)[0]
     if not (rc and rr):
         return math.inf
-    return max(scale(rc) / scale(rr), math.exp(median(cur) - median(ref)))
+    return max(scale(rc) / scale(rr), exp_or_inf(median(cur) - median(ref)))
 
 
 def lr_rise(ls: Sequence[float], w2: int) -> float:
@@ -323,7 +324,7 @@ def lr_jumps(col: np.ndarray, i: int, n: int, last0: float, top0: float,
     """
     if first_usable(col, i, i + n, positive=True) == n:  # no rate known: no jump
         return np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # a rate near the float range: its rise bar is inf
         lr = col[i:i + n]
         lr = np.where(np.isfinite(lr) & (lr > 0.0), lr, np.nan)
         known = ~np.isnan(lr)

@@ -18,6 +18,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range
 from ._base import Detector, Input
+from ._factors import expm1_or_inf
 from ._ops import NEVER, column_log, ewma, first_unusable, first_usable, log, shared_ewma
 
 #: relative improvement that counts as a new best validation: the default of the former
@@ -129,7 +130,7 @@ class ValGapRule(Detector):
             return None
         self._fired = v - best
         self._cooldown_until = step + self.cooldown
-        msg = (f"val_loss {val:.4g} is {math.expm1(v - best) * 100:.2g}% above its best {math.exp(best):.4g} "
+        msg = (f"val_loss {val:.4g} is {expm1_or_inf(v - best) * 100:.2g}% above its best {math.exp(best):.4g} "
                f"(step {self._best_step}) after {self._bad} evaluations, {how}, while the train loss "
                f"fell {-math.expm1(tr - bt) * 100:.2g}% since the best: restore the step-{self._best_step} checkpoint")
         return make_event(Kind.OVERFITTING, "warning", step, self._best_step, type(self).__name__, "val_loss",

@@ -7,6 +7,7 @@ import math
 from .._events import Event
 from .._validate import check_range
 from ._base import Knob
+from ._factors import expm1_or_inf
 from ._trend import window_trend
 from ._val_gap import WOBBLE_KEYS, ValGapRule, WobbleRule, t_quantile
 
@@ -112,7 +113,7 @@ class BreakoutOverfitting(WobbleRule):
             return None
         if window_trend(self._since)[1] < t_quantile(float(self.confidence), len(self._since) - 2):
             return None
-        return f"beyond its earlier wobble ({math.expm1(wobble) * 100:.2g}%)"
+        return f"beyond its earlier wobble ({expm1_or_inf(wobble) * 100:.2g}%)"
 
 
 __all__ = ["BreakoutOverfitting"]

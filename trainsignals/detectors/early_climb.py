@@ -12,6 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
+from ._factors import times
 from ._ops import NEVER, column_log, first_unusable, log
 from ._trend import noise_levels, noise_step, noise_warming
 
@@ -137,7 +138,7 @@ class EarlyClimbDivergence(Detector):
     def _event(self, step: int, total: float) -> Event:
         self._cooldown_until = step + self.cooldown
         onset = self._sbuf[0]
-        msg = (f"{self.signal} rose {self.steps} times in a row, {math.exp(total):.3g}x since step {onset}: "
+        msg = (f"{self.signal} rose {self.steps} times in a row, {times(total)}x since step {onset}: "
                f"geometric growth")
         return make_event(Kind.DIVERGENCE, "critical", step, onset, type(self).__name__, self.signal,
                           total, max(self._rise, 0.0), msg)

@@ -11,6 +11,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Knob
 from ._coupling import COUPLING_KEYS, LN10, CouplingLevels
+from ._factors import expm1_or_inf, times
 from ._learning import LEARN_KEYS, LearningOnset
 from ._ops import first_unusable
 
@@ -119,9 +120,9 @@ class GradLossDecoupling(LearningOnset, CouplingLevels):
         onset = self._onset(dg < 0)
         kind = Kind.SILENT_COLLAPSE if falling else Kind.VANISHING_GRADIENT
         trend = (f"the loss still fell {-100 * math.expm1(du):.3g}%" if du < 0 else
-                 f"the loss changed {100 * math.expm1(du):+.2g}%")
+                 f"the loss changed {100 * expm1_or_inf(du):+.2g}%")
         moved = "collapsed" if dg < 0 else "exploded"
-        msg = (f"grad_norm {moved} {math.exp(abs(dg)):.3g}x over {self.lag} values (since step {onset}) while "
+        msg = (f"grad_norm {moved} {times(abs(dg))}x over {self.lag} values (since step {onset}) while "
                f"{trend}: " + ("loss and gradients have decoupled" if falling else "the gradients are dying"))
         return make_event(kind, "warning", step, onset, type(self).__name__, "grad_norm",
                           abs(dg) / LN10, self.orders, msg)

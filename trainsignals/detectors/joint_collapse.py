@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,6 +10,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Input, Knob
 from ._coupling import COUPLING_KEYS, LN10, CouplingLevels
+from ._factors import times
 
 #: the default ``span`` as a share of ``lag``: two fifths (100 values for the default lag of
 #: 250), long enough for a collapse to one answer, which takes a few dozen steps
@@ -139,7 +139,7 @@ class JointCollapse(CouplingLevels):
         onset = self._onset(True)
         answers = "" if self._share < 0.0 else f"; {self._share:.0%} of the answers are one class"
         msg = (f"loss and grad_norm collapsed together over {self._span} values (since step {onset}): the loss fell "
-               f"{math.exp(-dus):.3g}x and the grad norm {math.exp(-ds):.3g}x, too fast for learning{answers}: "
+               f"{times(-dus)}x and the grad norm {times(-ds)}x, too fast for learning{answers}: "
                "the model may have collapsed to one answer (labels of one class?)")
         return make_event(Kind.SILENT_COLLAPSE, "warning", step, onset, type(self).__name__, "loss",
                           min(-dus, -ds) / LN10, self.orders, msg)

@@ -9,6 +9,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Input, Knob, _jsonable
+from ._factors import times
 from ._layer_levels import CALM, LayerLevels, middle
 
 
@@ -147,7 +148,7 @@ class LayerUpdateRatio(LayerLevels):
         self._cooldown_left = self.cooldown
         n_out = int(out.sum())
         side = "below" if low else "above"
-        msg = (f"update ratio of layer {layer} is {10 ** float(self._fs[0, worst]):.3g}: {far[worst]:.1f} decades "
+        msg = (f"update ratio of layer {layer} is {times(float(self._fs[0, worst]), base10=True)}: {far[worst]:.1f} decades "
                f"{side} the median layer and {moved[worst]:.1f} {side} its own history"
                + (": it has stopped learning" if low else ": its updates are far too violent")
                + (f" ({n_out} layers)" if n_out > 1 else ""))

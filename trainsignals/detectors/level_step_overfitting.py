@@ -6,6 +6,7 @@ import math
 
 from .._validate import check_range
 from ._base import Knob
+from ._factors import expm1_or_inf
 from ._val_gap import WobbleRule, t_quantile
 
 
@@ -77,7 +78,7 @@ class LevelStepOverfitting(WobbleRule):
         if wobble is None:
             return None
         return (f"on a level above the one it held up to its best, beyond its earlier wobble "
-                f"({math.expm1(wobble) * 100:.2g}%)")
+                f"({expm1_or_inf(wobble) * 100:.2g}%)")
 
     def _stepped_up(self) -> bool:
         """Whether the last ``patience`` log validations sit above the ``patience + 1`` up to and

@@ -13,6 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
+from ._factors import exp_or_inf
 from ._learning import LEVEL_KEYS, LearningOnset
 from ._ops import column_log, first_unusable, first_usable, log
 
@@ -110,7 +111,7 @@ class LjungBoxSawtooth(LearningOnset, Detector):
         fl = sum(abs(r) > far for r in res) / len(res) if res else 0.0
         fall = sw.median(ref) - sw.median(cur) if fl >= half else 0.0  # > 0: the loss fell since the reference
         if fall > 0.0:  # its usual noise, carried to the current level (so fl only falls)
-            far *= math.exp(fall)
+            far *= exp_or_inf(fall)
             fl = sum(abs(r) > far for r in res) / len(res)
         if fl < half:  # necessary below: most candidates stop here
             return False, fl, 0.0

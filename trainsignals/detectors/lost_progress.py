@@ -13,6 +13,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
+from ._factors import mean_or_inf, times
 from ._ops import NEVER, column_log, first_unusable, log, shared_ewma
 from ._trend import NOISE_PER_SD
 
@@ -26,16 +27,15 @@ LOST_KEYS = ("buf", "level", "best", "start", "low", "climb", "reported", "coold
 class LostProgress(Detector):
     """Flags a loss that jumped or drifted up and stays there: the run lost its progress.
 
-    A learning-rate blow-up that kills the network leaves a noisy plateau at or above the initial loss instead
-    of a climb. On ``y = log(x)``, with ``level`` the EWMA of ``y`` (weight ``2 / (window + 1)``) and ``best``
-    its lowest value so far, the rule fires when the median of the last ``window`` values is at least
-    ``max(lost, z * sd)`` above ``best``, and ``level`` itself is ``lost`` above ``best``. ``lost`` is the
-    share ``frac`` of the progress the run had made (``start - low``: the level once the first ``window``
-    values are in, less the lowest level since), capped at ``log(ratio)`` and at least ``log(min_ratio)``: a
-    run that fell from 2.3 to 1.9 and is back at 2.3 lost all its progress though its loss rose by only 1.2x;
-    a run with less progress than ``log(min_ratio)`` is judged by ``ratio`` alone. ``sd`` is the window's
-    noise scale (the mean absolute second difference of its values over ``sqrt(12/pi)``, its value for white
-    noise): the median keeps a short burst from counting.
+    A learning-rate blow-up that kills the network leaves a noisy plateau at or above the initial loss instead of a
+    climb. On ``y = log(x)``, with ``level`` the EWMA of ``y`` (weight ``2 / (window + 1)``) and ``best`` its lowest
+    value so far, the rule fires when the median of the last ``window`` values is at least ``max(lost, z * sd)``
+    above ``best``, and ``level`` itself is ``lost`` above ``best``. ``lost`` is the share ``frac`` of the progress
+    the run had made (``start - low``: the level once the first ``window`` values are in, less the lowest level
+    since), capped at ``log(ratio)`` and at least ``log(min_ratio)``: a run that fell from 2.3 to 1.9 and is back at
+    2.3 lost all its progress though its loss rose by only 1.2x; a run with less progress than ``log(min_ratio)`` is
+    judged by ``ratio`` alone. ``sd`` is the window's noise scale (the mean absolute second difference of its values
+    over ``sqrt(12/pi)``, its value for white noise): the median keeps a short burst from counting.
 
     The event is a critical ``divergence``; ``onset_step`` is the step at which ``level`` last rose more than
     ``lost / 2`` above ``best``. After an event the rule is quiet for ``cooldown`` steps, and it re-arms only
@@ -48,8 +48,7 @@ class LostProgress(Detector):
         ratio: largest rise above the best level that is needed, as a factor, > 1.
         z: how many noise standard deviations the rise must also exceed, >= 0.
         frac: share of the run's progress whose loss counts as lost progress, in (0, 1].
-        min_ratio: smallest progress, and smallest rise, as factors, for the ``frac``
-            judgement, in (1, ratio].
+        min_ratio: smallest progress, and smallest rise, as factors, for the ``frac`` judgement, in (1, ratio].
         cooldown: steps without events after an event, >= 0.
         signal: the signal it reads (and names in its events).
 
@@ -113,7 +112,7 @@ class LostProgress(Detector):
 
     def _noise_bar(self, win: Sequence[float]) -> float:  # z * sd: sd from the mean absolute second difference
         w = list(win)
-        return self._lz * statistics.fmean([abs(c - 2.0 * b + a) for a, b, c in zip(w, w[1:], w[2:])])
+        return self._lz * mean_or_inf([abs(c - 2.0 * b + a) for a, b, c in zip(w, w[1:], w[2:])])
 
     def _lost_ok(self, win: Sequence[float], best: float, lost: float, prog: float, at: int = -1) -> bool:
         """Whether the median is ``lost`` and the noise bar above ``best`` (``prog``: the progress; ``at``: block place)."""
@@ -151,7 +150,7 @@ class LostProgress(Detector):
         return None
 
     def _how_far(self, rise: float) -> str:  # the rise above the best level, in words
-        return f"{math.exp(rise):.3g}x its best level"
+        return f"{times(rise)}x its best level"
 
     def _event(self, step: int, rise: float) -> Event:
         self._cooldown_until, self._reported = step + self.cooldown, True
@@ -175,8 +174,9 @@ class LostProgress(Detector):
         best = np.minimum.accumulate(np.minimum(level, self._best))
         low = np.minimum.accumulate(np.minimum(level, self._low))
         lost = self._needs(self._start - low)
-        calm_mask = level <= best + _CLIMB_SHARE * lost
-        cand = (st > self._cooldown_until) & ~calm_mask & (level - best >= lost)
+        with np.errstate(over="ignore", invalid="ignore"):  # a signed loss near the float range: inf, as per step
+            calm_mask = level <= best + _CLIMB_SHARE * lost
+            cand = (st > self._cooldown_until) & ~calm_mask & (level - best >= lost)
         if self._reported:
             cand &= np.cumsum(calm_mask) > 0
         k = lim

@@ -14,6 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
+from ._factors import times
 from ._interval import MIN_HOLD, MIN_VALUES
 from ._ops import log10
 from .frozen_update_plateau import RATIO_DECADES, TINY
@@ -132,7 +133,7 @@ class LRCollapseStall(Detector):
         self._fired = hi
         self._quiet_until = step + self.cooldown if self.cooldown else -1
         msg = (f"lr fell {peak - hi:.1f} decades to {10 ** hi:.3g} since step {onset} and stays there: "
-               f"the weights move {10 ** (peak - hi):.3g}x less per step, so the loss cannot improve")
+               f"the weights move {times(peak - hi, base10=True)}x less per step, so the loss cannot improve")
         return make_event(Kind.STALL, "warning", step, onset, type(self).__name__, "lr", peak - hi, self.decades, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:

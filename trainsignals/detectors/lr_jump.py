@@ -95,7 +95,8 @@ class LRJumpAnomaly(Detector):
                     msg = f"lr jumped {r:.3g}x to {lr:.4g}, {lr / self._peak:.3g}x the run's peak {self._peak:.4g}"
                     value = r
                 elif r <= 1.0 / self.jump_factor and prev - lr > SLACK * self._fall:
-                    msg, value = f"lr dropped {1 / r:.3g}x to {lr:.4g} in one step", 1.0 / r
+                    drop = prev / lr  # (not 1 / r: a ratio that underflowed to 0 has no inverse)
+                    msg, value = f"lr dropped {drop:.3g}x to {lr:.4g} in one step", drop
         if prev >= 0.0:
             self._decaying = lr < prev
             self._fall = prev - lr if lr < prev else 0.0
@@ -116,7 +117,7 @@ class LRJumpAnomaly(Detector):
         prev = np.empty_like(lr)
         prev[0] = self._prev
         prev[1:] = lr[:-1]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             r = lr / prev
         bad = ~np.isfinite(lr) | (lr <= 0.0) | ~(r < self.jump_factor) | (r <= 1.0 / self.jump_factor)
         k = first_true(bad)

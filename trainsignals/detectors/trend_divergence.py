@@ -12,6 +12,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
+from ._factors import expm1_or_inf, times
 from ._ops import NEVER, column_log, first_true, log, shifted
 from ._trend import PREFILTER_SLACK, batch_trend, noise_levels, noise_step, noise_warming, window_trend
 
@@ -128,8 +129,8 @@ class TrendDivergence(Detector):
         lo = min(range(len(buf)), key=buf.__getitem__)
         onset = self._sbuf[lo]
         span = len(buf) - 1 - lo
-        msg = (f"{self.signal} trend turned upward at step {onset}: {math.exp(buf[-1] - buf[lo]):.3g}x over "
-               f"{span} steps ({100 * math.expm1(slope):.2g}% per step, t={t:.1f})")
+        msg = (f"{self.signal} trend turned upward at step {onset}: {times(buf[-1] - buf[lo])}x over "
+               f"{span} steps ({100 * expm1_or_inf(slope):.2g}% per step, t={t:.1f})")
         return make_event(Kind.DIVERGENCE, "critical", step, onset, type(self).__name__, self.signal,
                           t, self.threshold, msg)
 

@@ -10,6 +10,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
+from ._factors import pow10_or_inf, times
 from ._ops import ewma, first_true, log10
 
 #: default hard upper edge, violent updates whatever the run (UpdateRatioBand's ``high`` since 4f73fd2, real suite)
@@ -150,17 +151,16 @@ class UpdateRatioAboveBand(Detector):
         if self._out or self._n <= self.warmup or (self._quiet_until is not None and step <= self._quiet_until):
             return None
         self._out = True
-        if self.cooldown:
-            self._quiet_until = step + self.cooldown
+        self._quiet_until = step + self.cooldown if self.cooldown else self._quiet_until
         if lv <= self._lhi:  # the edge came down to band_top: a jump from the run's own level
-            edge = 10 ** (ref + self.jump)
-            msg = (f"update ratio has stayed near {10 ** lv:.3g}, over {self.jump:g} decade(s) above the run's own "
-                   f"level {10 ** ref:.3g}, since step {self._onset}")
+            edge = pow10_or_inf(ref + self.jump)
+            msg = (f"update ratio has stayed near {times(lv, True)}, over {self.jump:g} decade(s) above the run's "
+                   f"own level {times(ref, True)}, since step {self._onset}")
         else:
             edge = self.high
-            msg = f"update ratio has stayed near {10 ** lv:.3g}, above the healthy band edge {edge:.3g} since step {self._onset}"
+            msg = f"update ratio has stayed near {times(lv, True)}, above the healthy band edge {edge:.3g} since step {self._onset}"
         return make_event(Kind.UPDATE_RATIO_HIGH, "warning", step, self._onset, type(self).__name__, "update_ratio",
-                          10 ** lv, edge, msg)
+                          pow10_or_inf(lv), edge, msg)
 
     def _above(self, lv: float, ref: float, margin: float) -> bool:
         """Whether the level ``lv`` lies over the edge lowered by ``margin`` decades (0: the edge itself)."""
