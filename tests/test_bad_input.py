@@ -144,7 +144,7 @@ class FeedAnything(RuleBasedStateMachine):
 
 
 FeedAnything.TestCase.settings = settings(
-    max_examples=int(os.environ.get("TS_EXAMPLES", 40)), stateful_step_count=20, deadline=None,
+    max_examples=int(os.environ.get("TS_EXAMPLES", 100)), stateful_step_count=20, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 test_feeding_anything_gives_events_or_named_errors = FeedAnything.TestCase
 

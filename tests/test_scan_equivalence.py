@@ -55,7 +55,7 @@ def as_fraction(a: np.ndarray) -> np.ndarray:
         return np.where(np.isinf(a), 1.0, a / (1.0 + a))
 
 
-@settings(max_examples=int(__import__("os").environ.get("TS_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(__import__("os").environ.get("TS_EXAMPLES", 150)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(NAMES),
     seed=st.integers(0, 2**32 - 1),
