@@ -388,6 +388,14 @@ def test_bad_steps(tmp_path):
     p.write_text("step,loss\n0,1.0\n1.5,0.9\n")
     with pytest.raises(ValueError, match="not an integer"):
         import_csv(p)
+    # a step a float holds but 64 bits do not (found by fuzzing the importers): an error naming it, not an OverflowError
+    s = tmp_path / "trainer_state.json"
+    s.write_text(json.dumps({"log_history": [{"step": 0, "loss": 1.0}, {"step": 1e308, "loss": 0.9}]}))
+    with pytest.raises(ValueError, match=r"step 1e\+308 in 'step' beyond the 64-bit range"):
+        importers.import_run(s)
+    p.write_text(f"step,loss\n0,1.0\n{2 ** 64},0.9\n")
+    with pytest.raises(ValueError, match="beyond the 64-bit range"):
+        import_csv(p)
     q = tmp_path / "log.jsonl"
     q.write_text('{"step": 0, "loss": 1}\n{"loss": 0.5}\n')
     with pytest.raises(ValueError, match="record 2 has no step"):

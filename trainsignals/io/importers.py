@@ -558,6 +558,9 @@ def _build(source: str, tool: str, what: str, row_label: str, n_rows: int, colum
             if s is None:
                 raise ValueError(f"{source}: {row_label} {i + 1} has no step in {step_col!r} "
                                  "(step_column=None: use the row order)")
+            if not -(2 ** 63) <= s < 2 ** 63:
+                raise ValueError(f"{source}: {row_label} {i + 1} has a step {cells.get(i)!r} in {step_col!r} "
+                                 "beyond the 64-bit range steps are kept in")
             row_steps[i] = s
     keep: np.ndarray | None = None
     if n_rows:
