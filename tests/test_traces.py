@@ -630,3 +630,27 @@ def test_version_1_trace_without_healthy_rate_is_read(tmp_path):
     got = trace_events(read_trace(q))
     assert [e.healthy_rate for e in got] == [None]
     assert got[0].to_dict() | {"healthy_rate": 0.2} == ev.to_dict()
+
+
+@pytest.mark.parametrize("damage", [b"null", b"[]", b"7", b'{"a": 1}', b"[1, 2]", b"{"])
+def test_damaged_metadata_fields_read_as_empty(tmp_path, damage):
+    """Another writer's trace whose metadata fields hold JSON of the wrong type (found by fuzzing the
+    reader: ``layer_names`` null raised ``TypeError`` from ``trace_metadata`` and ``replay``) reads them
+    as empty, as it already read fields that are not JSON."""
+    import pyarrow.ipc as ipc
+
+    from trainsignals.io.report import replay_source
+
+    path = tmp_path / "run.arrow"
+    write_trace(path, step=np.arange(30), loss=np.exp(-np.arange(30) / 10.0), grad_norm=np.ones(30))
+    table = ipc.open_stream(pa.OSFile(str(path)).read_buffer()).read_all()
+    meta = dict(table.schema.metadata)
+    for key in (b"trainsignals.metadata", b"trainsignals.layer_names", b"trainsignals.act_layer_names"):
+        meta[key] = damage
+    with ipc.new_stream(str(path), table.schema.with_metadata(meta)) as w:
+        w.write_table(table.replace_schema_metadata(meta))
+    got = trace_metadata(path)
+    assert got["layer_names"] == [] and got["act_layer_names"] == []
+    assert got["metadata"] == ({"a": 1} if damage == b'{"a": 1}' else {})
+    rep = replay_source(path)
+    assert rep.error is None and rep.steps == 30

@@ -1585,14 +1585,20 @@ def _schema_of(table_or_path: pa.Table | pa.Schema | str | os.PathLike[str]) -> 
     return schema
 
 
-def _json_meta(meta: Mapping[bytes, bytes], key: bytes, default: Any) -> Any:
+def _json_meta(meta: Mapping[bytes, bytes], key: bytes, default: dict[str, Any] | list[str]) -> Any:
+    """The JSON value of metadata field ``key``; ``default`` when it is absent, not JSON, or not of
+    ``default``'s type (a dict; or a list of names, each a string): another writer's damaged field.
+    """
     raw = meta.get(key)
     if raw is None:
         return default
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except ValueError:
         return default
+    if not isinstance(value, type(default)) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+        return default
+    return value
 
 
 def trace_metadata(table_or_path: pa.Table | pa.Schema | str | os.PathLike[str]) -> dict[str, Any]:
