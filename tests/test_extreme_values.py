@@ -124,3 +124,25 @@ def test_a_value_past_the_linear_range_leaves_the_signed_rule_watching():
         again.load_state_dict(json.loads(json.dumps(state)))
         assert again.state_dict() == state
         assert [e.step for e in det.clone().scan(loss=loss)] == streamed
+
+
+def test_a_count_or_a_number_past_any_run_is_refused_naming_the_parameter():
+    """A window, patience or hold of 10**30 (found by fuzzing the constructors) reached a deque or an
+    index array and raised ``OverflowError`` or ``IndexError``; a Python int past the float range given
+    for a threshold raised ``OverflowError`` from the check itself. Both are ``ValueError`` naming it."""
+    import inspect
+
+    from test_conformance import ALL_CLASSES
+
+    checked = 0
+    for cls in ALL_CLASSES:
+        for p in inspect.signature(cls).parameters.values():
+            if p.default is inspect.Parameter.empty or isinstance(p.default, bool) or not isinstance(
+                    p.default, (int, float)):
+                continue
+            big = 10 ** 30 if isinstance(p.default, int) else 10 ** 400
+            kw = {"schedule": lambda step: 1e-3} if "schedule" in inspect.signature(cls).parameters else {}
+            with pytest.raises(ValueError, match=p.name):
+                cls(**kw, **{p.name: big})
+            checked += 1
+    assert checked > 100

@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+#: the largest count (window, patience, hold) a detector takes: 2**53, the last integer a float holds exactly
+MAX_COUNT = 2 ** 53
+
 
 def check_range(
     name: str,
@@ -18,13 +21,22 @@ def check_range(
     hi_open: bool = False,
     integer: bool = False,
 ) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` lies in the interval."""
+    """Raise ``ValueError`` naming ``name`` unless ``value`` lies in the interval.
+
+    An integer (a count: a window, a patience, a hold) must also lie within ``MAX_COUNT`` of zero:
+    beyond it a float no longer holds it exactly, and no run has that many values.
+    """
     if integer:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise ValueError(f"{name} must be an integer, got {value!r}")
+        if not -MAX_COUNT <= value <= MAX_COUNT:
+            raise ValueError(f"{name} must be an integer of at most 2**53 in size, got {value!r}")
     elif isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a number, got {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # a Python int past the float range
+        raise ValueError(f"{name} must be a number a float holds, got an integer of {len(str(abs(value)))} digits") from None
     if math.isnan(v):
         raise ValueError(f"{name} must be a number, got nan")
     bad = (
