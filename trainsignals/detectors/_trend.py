@@ -95,7 +95,7 @@ def noise_step(y: float, buf: Sequence[float], noise: float, nd: int, a: float, 
         return noise, nd
     b1 = buf[-1]
     ad = abs((y - b1) - (b1 - buf[-2]))
-    if noise_warming(nd, a):
+    if a * (nd + 1) < 1.0:  # noise_warming(nd, a), written out: the per-step path of two default rules
         return (noise + (ad - noise) / (nd + 1) if nd else ad), nd + 1
     return a * ad + b * noise, nd + 1
 
@@ -104,7 +104,7 @@ def noise_warming(nd: int, a: float) -> bool:
     """Whether a noise scale of ``nd`` second differences is still a plain mean: the next one would
     weigh more than the EWMA weight ``a`` (the batch paths advance only a warm scale).
     """
-    return 1.0 / (nd + 1) > a
+    return a * (nd + 1) < 1.0
 
 
 def noise_levels(ext: np.ndarray, held: int, a: float, b: float, noise0: float,
