@@ -315,6 +315,7 @@ def _vector_cases():
         _val_case("BreakoutOverfitting", ts.BreakoutOverfitting, loss, val),
         _val_case("MemorisationClimbOverfitting", ts.MemorisationClimbOverfitting, collapsing, val),
         _val_case("LevelStepOverfitting", ts.LevelStepOverfitting, collapsing, stepped),
+        _val_case("SharpTurnOverfitting", ts.SharpTurnOverfitting, collapsing, stepped),
     ]
 
 

@@ -29,6 +29,7 @@ from .one_answer_loss_drop import OneAnswerLossDrop
 from .own_drop_cliff import OwnDropGradCliff
 from .peak_ratio_spike import PeakRatioSpike
 from .rank_outliers import RankOutliers
+from .sharp_turn_overfitting import SharpTurnOverfitting
 from .signed_lost_progress import SignedLostProgress
 from .signed_z_spike import SignedZSpike
 from .simple import NonFinite
@@ -68,6 +69,7 @@ __all__ = [
     "NonFinite",
     "PeakRatioSpike",
     "RankOutliers",
+    "SharpTurnOverfitting",
     "SignedLostProgress",
     "SignedZSpike",
     "TopShareCollapse",
