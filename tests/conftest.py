@@ -122,11 +122,13 @@ def scalar_streams(det: ts.Detector, n: int = 600, seed: int = 0) -> dict[str, n
         share[300:] = np.clip(share[300:] + np.minimum(np.arange(n - 300) / 30, 1) * 0.8, 0, 1)
         share[::13] = np.nan
         return {"pred_top_share": share, "loss": np.exp(-np.arange(n) / 300) * np.exp(rng.normal(0, 0.02, n))}
-    if isinstance(det, ts.ValMetricChance):  # accuracy learned, then back at chance from step 350
+    if isinstance(det, ts.ValMetricChance):  # accuracy learned, then back at chance from 350, the answers one class
         acc = 0.1 + 0.8 * (1 - np.exp(-np.arange(n) / 60)) + rng.normal(0, 0.01, n)
         acc[350:] = 0.1 + rng.normal(0, 0.01, n - 350)
         acc[::17] = np.nan
-        return {"val_metric": acc, "loss": np.exp(-np.arange(n) / 300)}
+        share = np.clip(np.where(np.arange(n) >= 350, 0.95, 0.2) + rng.normal(0, 0.03, n), 0, 1)
+        share[::5] = np.nan
+        return {"val_metric": acc, "loss": np.exp(-np.arange(n) / 300), "pred_top_share": share}
     if isinstance(det, ts.EarlyClimbDivergence):  # a geometric blow-up from step 500, twice
         loss = loss.copy()
         loss[500:] *= 1.3 ** np.minimum(np.arange(n - 500), 40)

@@ -156,6 +156,27 @@ def test_a_loss_that_rises_with_the_share_is_not_a_silent_collapse():
     assert ts.ValMetricChance().scan(val_metric=acc, loss=loss) == []
 
 
+def test_a_metric_back_at_chance_is_a_collapse_only_if_the_measured_answers_concentrated():
+    """A model that memorised a short text loses its validation accuracy while its answers spread
+    out: no collapse to one answer. The same fall with the answers piling onto one class is one;
+    a run that does not measure its answers is judged by the metric and the loss, as before."""
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed + 60_000)
+        t = np.arange(1500)
+        vs = np.arange(50, 1500, 50)
+        acc = np.where(vs < 800, 0.2 + 0.5 * (1 - np.exp(-vs / 200)), 0.22) + rng.normal(0, 0.005, len(vs))
+        loss = 2.0 * np.exp(-t / 500) * np.exp(rng.normal(0, 0.05, len(t)))
+        before = rng.uniform(0.3, 0.6)
+        for after, named in ((before - rng.uniform(0.05, 0.2), False), (rng.uniform(0.9, 1.0), True)):
+            share = np.clip(np.where(t < 780, before, after) + rng.normal(0, 0.02, len(t)), 0, 1)
+            share[rng.random(len(t)) < 0.3] = np.nan                      # not measured at every step
+            got = ts.ValMetricChance().scan(val_metric=(vs, acc), loss=loss, pred_top_share=share, steps=t)
+            assert bool(got) is named, (seed, after, [e.step for e in got])
+            if named:
+                assert 800 <= got[0].step <= 900
+        assert ts.ValMetricChance().scan(val_metric=(vs, acc), loss=loss, steps=t)   # no answers measured
+
+
 def test_a_blow_up_logged_apart_from_the_validations_is_not_a_silent_collapse():
     """Logs often write the training loss and the validation at different steps (a window mean
     every 10 steps, a validation every 50 at step 49, 99, ...): the latest loss still says the run

@@ -13,8 +13,7 @@ from .._validate import check_choice, check_range
 from ._base import Detector, Input, Knob
 from ._ops import first_true
 
-#: How many validations the metric's noise scale is taken over.
-_NOISE_WINDOW = 32
+_NOISE_WINDOW = 32  #: validations the metric's noise scale is taken over
 #: The noise scale is the median absolute second difference of successive validations over
 #: sqrt(3): for independent noise of standard deviation sd a second difference has sd
 #: sqrt(6) sd and a first one sqrt(2) sd, so this is the median first difference the noise alone
@@ -23,8 +22,7 @@ _D2_TO_D1 = 3.0 ** 0.5
 #: The gain over chance must be this many times the noise scale before a loss of it counts: a
 #: run that never left chance further than its own validation noise has nothing to lose.
 _MIN_GAIN_NOISE = 4.0
-#: Where ``onset_step`` is placed: the last validation within this fraction of the alarm's
-#: fall below the best.
+#: Where ``onset_step`` is placed: the last validation within this share of the fall from the best.
 _ONSET_FRAC = 0.25
 
 
@@ -40,31 +38,29 @@ class ValMetricChance(Detector):
     ``silent_collapse`` (a warning) when
 
     * the metric gave back at least ``back`` of its gain over chance (``now <= chance + (1 -
-      back) * (best - chance)``, in the metric's direction), the gain being at least four
-      times the metric's noise (from the median absolute second difference of the latest 32
-      validations, which a steady climb does not inflate; for a metric that took the same value
-      twice there, at least the smallest gap between two of its values: its resolution, 1/N for an
-      accuracy over N samples), and
-    * the training loss, the latest given (at the validation's step or before it: a log may
-      write the two at different steps), is at most ``loss_tolerance`` times its value when
-      that best was held: the run did not blow up (that is a divergence), it kept fitting its
-      training labels while its answers stopped being right.
+      back) * (best - chance)``, in the metric's direction), the gain at least four times the
+      metric's noise (the median absolute second difference of the latest 32 validations, which
+      a steady climb does not inflate; for a metric that took one value twice there, at least
+      its resolution: the smallest gap between two of its values, 1/N for an accuracy over N);
+    * the training loss (the latest given) at most ``loss_tolerance`` times its value when the
+      best was held: it kept fitting its labels (a loss that blew up is a divergence);
+    * when the run measures its answers (``pred_top_share``), they concentrated: the mean share
+      of the most-predicted class since the previous validation above its mean when the best
+      was held.
 
-    A model whose training labels collapsed to one class ends at the validation accuracy of
-    always answering that class; an overfitting model loses a little of its gain, not most of
-    it. Without a loss the metric alone decides. No event before ``warmup`` validations; while
-    the metric stays down it fires again at the first validation ``cooldown`` steps or more
-    after the last event, so the Monitor's ``collapsed`` status holds while the collapse lasts.
-    ``onset_step`` is the last validation within a quarter of the fall from the best.
+    A model whose training labels collapsed to one class ends at the accuracy of always giving
+    that answer, its answers piled onto it. An overfitting model loses a little of its gain; one
+    that memorised a short text can lose most of it, its answers spreading out (the held-out
+    builder's character models): no collapse to one answer. Without a loss or answers, the other
+    conditions decide. No event before ``warmup`` validations; while the metric stays down it
+    fires again at the first validation ``cooldown`` steps or more after the last event, so the
+    Monitor's ``collapsed`` status holds. ``onset_step``: the last validation within a quarter
+    of the fall from the best.
 
-    ``back = 0.8`` was set on healthy runs only, with a budget of fewer than 1 alarm per 10,000
-    healthy steps: on 600 healthy runs of the synthetic generator (seeds 7000-7199, every
-    difficulty) the largest share of its gain a healthy accuracy gave back after warm-up was
-    0.62 (the runs' 99th percentile: 0.38); 0.8 lies above it, and no alarm fired in their
-    580,000 steps (``benchmarks/probe_collapse_thresholds.py``). On real runs (the development
-    suite: no alarm in 16,049 healthy steps) a best taken from one validation alarmed on 2 of
-    the 117 healthy runs of ``datasets/real`` (rebuilt with the answers): character models near
-    their starting accuracy, back from one lucky validation; the held best, none (150,985 steps).
+    ``back = 0.8`` was set on healthy runs only (budget: under 1 alarm per 10,000 healthy steps):
+    600 healthy synthetic runs (seeds 7000-7199) gave back at most 0.62 of their gain after
+    warm-up, no alarm in 580,000 steps (``benchmarks/probe_collapse_thresholds.py``); the held
+    best alarms on none of ``datasets/real``'s 117 (a one-validation best did on 2).
 
     **Rate**: ``val_metric_chance`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
@@ -79,8 +75,9 @@ class ValMetricChance(Detector):
         cooldown: steps after an event without a new one, >= 0.
 
     Example:
-        Accuracy on 10 classes climbs to 0.9, then from step 1200 falls to 0.1 (every
-        answer one class) while the training loss keeps falling:
+        Accuracy on 10 classes climbs to 0.9, then from step 1200 falls to 0.1 (every answer one
+        class) while the training loss keeps falling (``cooldown = 100``: the event comes again
+        at every other validation):
 
         >>> import numpy as np
         >>> steps = np.arange(0, 2000, 100)
@@ -90,14 +87,14 @@ class ValMetricChance(Detector):
         >>> evs = [det.update(step=int(s), val_metric=float(a), loss=float(np.exp(-s / 500))) for s, a in zip(steps, acc)]
         >>> [(e.kind.value, e.step, e.onset_step) for ev in evs for e in ev]
         [('silent_collapse', 1300, 1100), ('silent_collapse', 1500, 1100), ('silent_collapse', 1700, 1100), ('silent_collapse', 1900, 1100)]
-
-        (a validation every 100 steps, ``cooldown = 100``: every other one repeats the event).
     """
 
     knob = Knob("back", 0.3, 0.99, log=False)
 
-    inputs = (Input("val_metric", required=False), Input("loss", required=False))
-    _state_keys = ("n", "first", "prev", "prev2", "diffs", "best", "loss", "best_loss", "hist", "quiet", "last_step")
+    inputs = (Input("val_metric", required=False), Input("loss", required=False),
+              Input("pred_top_share", required=False))
+    _state_keys = ("n", "first", "prev", "prev2", "diffs", "best", "loss", "best_loss", "hist", "quiet", "last_step",
+                   "shares", "share", "best_share")
 
     def __init__(self, mode: str = "max", back: float = 0.8, chance: float | None = None, warmup: int = 3,
                  loss_tolerance: float = 1.2, cooldown: int = 100) -> None:
@@ -108,25 +105,24 @@ class ValMetricChance(Detector):
         check_range("warmup", warmup, 2, None, integer=True)
         check_range("loss_tolerance", loss_tolerance, 1, None)
         check_range("cooldown", cooldown, 0, None, integer=True)
-        self.mode = mode
-        self.back = back
-        self.chance = chance
-        self.warmup = warmup
-        self.loss_tolerance = loss_tolerance
-        self.cooldown = cooldown
+        self.mode, self.back, self.chance, self.warmup = mode, back, chance, warmup
+        self.loss_tolerance, self.cooldown = loss_tolerance, cooldown
         self._sign = 1.0 if mode == "max" else -1.0
         self._reset()
 
     def _reset(self) -> None:
         self._n = 0
         self._first: float | None = None  # chance, in the improving direction
-        self._prev: float | None = None
-        self._prev2: float | None = None  # the validation before the previous one
+        self._prev: float | None = None  # the last validation, and the one before it
+        self._prev2: float | None = None
         self._diffs: deque[float] = deque(maxlen=_NOISE_WINDOW)  # |second differences|
         self._best: float | None = None
         self._loss: float | None = None  # the latest training loss (None: none given yet)
         self._best_loss: float | None = None  # the training loss when the best was held (None: not given)
         self._hist: deque[list[float]] = deque(maxlen=_NOISE_WINDOW)  # recent [step, metric]
+        self._shares = [0.0, 0.0]  # the sum and count of the shares measured since the last validation
+        self._share: float | None = None  # their mean at the last validation with any (None: never measured)
+        self._best_share: float | None = None  # that mean when the best was held
         self._quiet = -1  # no event up to and including this step
         self._last_step = -1
 
@@ -135,12 +131,17 @@ class ValMetricChance(Detector):
         self._diffs = deque(self._diffs, maxlen=_NOISE_WINDOW)
         self._hist = deque(self._hist, maxlen=_NOISE_WINDOW)
 
-    def _step(self, metric: float, loss: float, step: int) -> Event | None:
+    def _step(self, metric: float, loss: float, share: float, step: int) -> Event | None:
         self._last_step = step
         if loss - loss == 0.0:
             self._loss = loss
+        if 0.0 <= share <= 1.0:  # nan compares false: not measured
+            self._shares[0] += share
+            self._shares[1] += 1.0
         if metric - metric != 0.0:
             return None
+        if self._shares[1]:
+            self._share, self._shares = self._shares[0] / self._shares[1], [0.0, 0.0]
         loss = math.nan if self._loss is None else self._loss
         m = self._sign * metric
         self._n += 1
@@ -154,16 +155,14 @@ class ValMetricChance(Detector):
         if held is None:
             return None
         if self._best is None or held > self._best:
-            self._best, self._best_loss = held, (loss if loss - loss == 0.0 else None)
+            self._best, self._best_loss, self._best_share = held, (loss if loss - loss == 0.0 else None), self._share
             return None
         if self._n < self.warmup or step <= self._quiet:
             return None
         gain = self._best - self._first
         noise = sorted(self._diffs)[len(self._diffs) // 2] / _D2_TO_D1 if self._diffs else 0.0
-        # a metric on a few discrete levels (an accuracy over N samples moves in steps of 1/N) makes most
-        # second differences exactly 0 and their median says nothing; it shows itself by taking the
-        # same value twice, and its noise is then at least its resolution: the smallest gap between
-        # two values it took (both among the latest validations)
+        # a metric on discrete levels (steps of 1/N) zeroes most second differences; taking one value
+        # twice shows it, and its noise is then at least the smallest gap between two of its values
         levels = sorted({v for _, v in self._hist})
         if 1 < len(levels) < len(self._hist):
             noise = max(noise, min(b - a for a, b in zip(levels, levels[1:])))
@@ -171,6 +170,8 @@ class ValMetricChance(Detector):
             return None
         if loss - loss == 0.0 and self._best_loss is not None and loss > self.loss_tolerance * self._best_loss:
             return None
+        if self._share is not None and self._best_share is not None and self._share <= self._best_share:
+            return None  # the answers did not concentrate
         self._quiet = step + self.cooldown
         near = self._best - _ONSET_FRAC * (self._best - m)
         onset = int(max((s for s, v in self._hist if v >= near), default=step))
@@ -179,10 +180,8 @@ class ValMetricChance(Detector):
                           metric, level,
                           f"validation metric {metric:.4g} is back near chance ({self._sign * self._first:.4g}; "
                           f"best {self._sign * self._best:.4g}) while the training loss keeps falling")
-
-
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        """Steps without a validation only move the latest training loss."""
+        """Steps without a validation only move the latest training loss and the shares' sum."""
         metric = arrays[0][i:j]
         k = first_true(metric == metric)
         if k:
@@ -190,6 +189,10 @@ class ValMetricChance(Detector):
             seen = np.flatnonzero(np.isfinite(losses))
             if len(seen):
                 self._loss = float(losses[seen[-1]])
+            sh = arrays[2][i:i + k]
+            for v in sh[(sh >= 0.0) & (sh <= 1.0)].tolist():  # summed in order, as the scalar path does
+                self._shares[0] += v
+                self._shares[1] += 1.0
             self._last_step = int(steps[i + k - 1])
         return k
 
