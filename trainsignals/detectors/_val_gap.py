@@ -19,19 +19,21 @@ from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range
 from ._base import Detector, Input
 from ._factors import expm1_or_inf
+from ._interval import RATE_CAP
 from ._ops import NEVER, column_log, ewma, first_unusable, first_usable, log, shared_ewma
 
 #: relative improvement that counts as a new best validation: the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
 MIN_DELTA = 1e-3
-#: EWMA weight of ``log(train loss)`` (a memory of about 40 steps): the default of the former
+#: EWMA weight of ``log(train loss)`` a step (a memory of about 40 steps): the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
 TRAIN_ALPHA = 0.05
+TRAIN_B = 1.0 - TRAIN_ALPHA
 #: share of the reported rise that a validation must take back (towards the best) to re-arm
 _REARM_SHARE = 0.5
 #: the state every overfitting rule keeps (a rule adds its own keys to these)
 RULE_KEYS: tuple[str, ...] = ("train", "best", "best_step", "best_train", "bad", "fired", "cooldown_until",
-                              "mrec", "last_step")
+                              "mrec", "last_step", "train_step")
 #: and the state of a rule that compares with the wobble
 WOBBLE_KEYS: tuple[str, ...] = RULE_KEYS + ("hist", "wobble", "peak", "fall")
 
@@ -39,7 +41,9 @@ WOBBLE_KEYS: tuple[str, ...] = RULE_KEYS + ("hist", "wobble", "peak", "fall")
 class ValGapRule(Detector):
     """Base of the overfitting rules: the best validation, the gates, the re-arm and the event.
 
-    The detector keeps an EWMA (weight :data:`TRAIN_ALPHA`) of ``log(train loss)`` and, at each
+    The detector keeps an EWMA of ``log(train loss)`` (weight :data:`TRAIN_ALPHA` a step: a loss
+    ``g`` steps after the last one taken weighs :func:`train_weight` ``(g)``, so a log written
+    every N steps keeps the same memory in steps, never less than a few rows) and, at each
     validation, the best ``log(val_loss)``; a validation that does not beat the best by
     ``log(1 + MIN_DELTA)`` counts toward ``patience``. Every alarm needs ``patience``
     validations in a row that failed to improve, the latest at least ``min_rise`` (relative)
@@ -75,7 +79,7 @@ class ValGapRule(Detector):
         self.min_train_fall = min_train_fall
         self.cooldown = cooldown
         self.mode = mode
-        self._a, self._b = TRAIN_ALPHA, 1.0 - TRAIN_ALPHA
+        self._a, self._b = TRAIN_ALPHA, TRAIN_B
         self._ld = math.log1p(MIN_DELTA)
         self._lr = math.log1p(min_rise)
         self._tf = -math.log1p(-min_train_fall)
@@ -88,6 +92,7 @@ class ValGapRule(Detector):
         self._best_step, self._bad = -1, 0
         self._fired: float | None = None  # the log rise above the best that alarmed (None: armed)
         self._cooldown_until, self._last_step = NEVER, -1
+        self._train_step = -1  # the step of the last train loss taken
         # the validation metric, signed (higher is better): [the best so far, the best as it was at the best
         # validation loss, the latest patience since that best]
         self._mrec: list[Any] = [None, None, []]
@@ -156,7 +161,14 @@ class ValGapRule(Detector):
         self._last_step = step
         if loss - loss == 0.0 and loss > 0.0:
             u = log(loss) if log_loss is None else log_loss
-            self._train = u if self._train is None else self._a * u + self._b * self._train
+            if self._train is None:
+                self._train = u
+            elif step - self._train_step <= 1:
+                self._train = self._a * u + self._b * self._train
+            else:  # a sparse log: the weight of the steps since the last loss
+                a = train_weight(step - self._train_step)
+                self._train = a * u + (1.0 - a) * self._train
+            self._train_step = step
         if metric - metric == 0.0:  # a finite metric (nan: none at this step)
             self._metric(metric)
         return self._val(val, step) if val == val else None
@@ -172,14 +184,21 @@ class ValGapRule(Detector):
         if k:
             u = column_log(arrays[0], i, i + k)
             whole = first_unusable(arrays[0], i, i + k, positive=True) == k
-            ug = u if whole else u[np.isfinite(u)]  # _step skips non-finite and non-positive losses
+            ok = None if whole else np.isfinite(u)
+            ug = u if ok is None else u[ok]  # _step skips non-finite and non-positive losses
             if len(ug):
+                st = steps[i:i + k] if ok is None else steps[i:i + k][ok]
                 if self._train is None:
-                    self._train, ug = float(ug[0]), ug[1:]
+                    self._train, self._train_step, ug, st = float(ug[0]), int(st[0]), ug[1:], st[1:]
                     whole = False
-                if len(ug):  # a whole stretch of the column: shared with the other rules of the batch run
-                    self._train = float((shared_ewma(arrays[0], i, "log", ug, self._a, self._b, self._train) if whole
-                                         else ewma(ug, self._a, self._b, self._train))[-1])
+                if len(ug):
+                    gaps = np.diff(st, prepend=self._train_step)
+                    if (gaps <= 1).all():  # a whole stretch of the column: shared with the other rules of the batch run
+                        self._train = float((shared_ewma(arrays[0], i, "log", ug, self._a, self._b, self._train)
+                                             if whole else ewma(ug, self._a, self._b, self._train))[-1])
+                    else:
+                        self._train = sparse_ewma(ug, gaps, self._train)
+                    self._train_step = int(st[-1])
             self._last_step = int(steps[i + k - 1])
         return k
 
@@ -221,6 +240,31 @@ class WobbleRule(ValGapRule):
         return wobble if min(recent) - self._best > wobble else None
 
 
+@functools.lru_cache(maxsize=1024)
+def train_weight(gap: int) -> float:
+    """The weight of a train loss ``gap`` steps after the last one: :data:`TRAIN_ALPHA` a step,
+    compounded (``1 - (1 - TRAIN_ALPHA) ** gap``), at most :data:`~trainsignals.detectors._interval.RATE_CAP`
+    (a memory of a few rows, as the other rules keep on a sparse log).
+
+    >>> train_weight(1), round(train_weight(2), 4), round(train_weight(500), 4)
+    (0.05, 0.0975, 0.2222)
+    """
+    return TRAIN_ALPHA if gap <= 1 else min(RATE_CAP, 1.0 - (1.0 - TRAIN_ALPHA) ** gap)
+
+
+def sparse_ewma(u: np.ndarray, gaps: np.ndarray, m0: float) -> float:
+    """The smoothed train level after ``u`` (taken ``gaps`` steps apart) from ``m0``: the scalar
+    path's recurrence, one stretch of equal weight at a time.
+    """
+    w = np.array([train_weight(int(g)) for g in gaps.tolist()])
+    cut = np.flatnonzero(w[1:] != w[:-1]) + 1
+    m = m0
+    for lo, hi in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(w)])).tolist()):
+        a = float(w[lo])
+        m = float(ewma(u[lo:hi], a, TRAIN_B if a == TRAIN_ALPHA else 1.0 - a, m)[-1])
+    return m
+
+
 @functools.lru_cache(maxsize=256)
 def t_quantile(confidence: float, dof: int) -> float:
     """Student's t quantile at ``confidence`` with ``dof`` degrees of freedom, cached."""
@@ -241,5 +285,5 @@ def largest_rise(v: list[float]) -> float:
     return best
 
 
-__all__ = ["MIN_DELTA", "RULE_KEYS", "TRAIN_ALPHA", "WOBBLE_KEYS", "ValGapRule", "WobbleRule", "largest_rise",
+__all__ = ["MIN_DELTA", "RULE_KEYS", "TRAIN_ALPHA", "sparse_ewma", "train_weight", "WOBBLE_KEYS", "ValGapRule", "WobbleRule", "largest_rise",
            "t_quantile"]

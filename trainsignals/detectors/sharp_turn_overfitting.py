@@ -30,7 +30,9 @@ class SharpTurnOverfitting(ValGapRule):
     falling fast or slowly, has second differences near 0; white noise of standard deviation
     ``s`` gives them a standard deviation ``sqrt(6) s``), robustly (their median absolute
     value, so the early fast fall of a run does not inflate it), over the ``noise_window``
-    validations before the turn: the best and any that meandered near it since. On top of the
+    validations before the turn: the best and any that meandered near it since. (Second
+    differences assume validations at a steady cadence, as trainers run them; at uneven steps
+    the trend's own bends count as noise and the rule grows only more cautious.) On top of the
     gates every overfitting rule shares (see :class:`~trainsignals.detectors._val_gap.ValGapRule`),
     it judges a *turn*: the ``patience``-th validation in a row at least ``min_rise`` (relative)
     above the best, and there only. It needs
