@@ -115,6 +115,14 @@ def test_a_rising_train_loss_is_a_divergence_not_overfitting():
     assert evs == []
 
 
+def test_a_curve_without_noise_says_so_rather_than_giving_a_ratio():
+    val = {s: 2.0 * 0.9 ** (s // 50) for s in range(50, 501, 50)}      # a geometric fall: no scatter at all
+    val.update({550: val[500] * 1.05, 600: val[500] * 1.08})
+    evs = feed(ts.SharpTurnOverfitting(), val, 600)
+    assert [(e.step, e.onset_step) for e in evs] == [(600, 500)]
+    assert "without measurable noise" in evs[0].message and "e+" not in evs[0].message
+
+
 @pytest.mark.parametrize(("param", "value"), [("z", 0.0), ("noise_window", 5), ("patience", 1), ("min_rise", -0.1)])
 def test_bad_settings_name_their_parameter(param, value):
     with pytest.raises(ValueError, match=param):

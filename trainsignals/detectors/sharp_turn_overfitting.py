@@ -17,6 +17,9 @@ MAD_TO_SD = 1.4826
 SECOND_DIFF_VAR = 6.0
 #: Fewest validations up to the best the noise is measured on (four second differences).
 MIN_NOISE_VALUES = 6
+#: A noise below this (in log units: 0.0001 % a validation) is rounding, not measured scatter: the
+#: event says so rather than giving a ratio to it.
+QUIET = 1e-6
 
 
 class SharpTurnOverfitting(ValGapRule):
@@ -130,8 +133,9 @@ class SharpTurnOverfitting(ValGapRule):
         rise = sum(post) / k - best
         if rise < self.z * noise or rise <= 0.0:
             return None
-        units = rise / noise if noise > 0.0 else math.inf
-        return f"a turn of {units:.3g} times its own noise ({expm1_or_inf(noise) * 100:.2g}% a validation)"
+        if noise < QUIET:
+            return "a turn on a curve without measurable noise before it"
+        return f"a turn of {rise / noise:.3g} times its own noise ({expm1_or_inf(noise) * 100:.2g}% a validation)"
 
 
 __all__ = ["SharpTurnOverfitting"]
