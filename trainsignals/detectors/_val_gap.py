@@ -28,6 +28,7 @@ MIN_DELTA = 1e-3
 #: EWMA weight of ``log(train loss)`` a step (a memory of about 40 steps): the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
 TRAIN_ALPHA = 0.05
+#: the weight the smoothed level keeps a step
 TRAIN_B = 1.0 - TRAIN_ALPHA
 #: share of the reported rise that a validation must take back (towards the best) to re-arm
 _REARM_SHARE = 0.5
@@ -285,5 +286,5 @@ def largest_rise(v: list[float]) -> float:
     return best
 
 
-__all__ = ["MIN_DELTA", "RULE_KEYS", "TRAIN_ALPHA", "sparse_ewma", "train_weight", "WOBBLE_KEYS", "ValGapRule", "WobbleRule", "largest_rise",
-           "t_quantile"]
+__all__ = ["MIN_DELTA", "RULE_KEYS", "TRAIN_ALPHA", "TRAIN_B", "WOBBLE_KEYS", "ValGapRule", "WobbleRule", "largest_rise",
+           "sparse_ewma", "t_quantile", "train_weight"]

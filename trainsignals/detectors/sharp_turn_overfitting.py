@@ -29,11 +29,11 @@ class SharpTurnOverfitting(ValGapRule):
     model that starts to memorise turns its validation loss up at once, and a validation set
     of any size scores the turn the more surely the smoother its curve was before. The rule
     measures that smoothness: the noise ``s`` of ``log(val_loss)`` over the ``noise_window``
-    validations up to and including the best, from their second differences (a smooth trend,
-    falling fast or slowly, has second differences near 0; white noise of standard deviation
-    ``s`` gives them a standard deviation ``sqrt(6) s``), robustly (their median absolute
-    value, so the early fast fall of a run does not inflate it), over the ``noise_window``
-    validations before the turn: the best and any that meandered near it since. (Second
+    validations before the turn (the best and any that meandered near it since), from their
+    second differences (a smooth trend, falling fast or slowly, has second differences near 0;
+    white noise of standard deviation ``s`` gives them a standard deviation ``sqrt(6) s``),
+    robustly (their median absolute value, so the early fast fall of a run does not inflate
+    it). (Second
     differences assume validations at a steady cadence, as trainers run them; at uneven steps
     the trend's own bends count as noise and the rule grows only more cautious.) On top of the
     gates every overfitting rule shares (see :class:`~trainsignals.detectors._val_gap.ValGapRule`),
