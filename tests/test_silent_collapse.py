@@ -177,6 +177,22 @@ def test_a_metric_back_at_chance_is_a_collapse_only_if_the_measured_answers_conc
         assert ts.ValMetricChance().scan(val_metric=(vs, acc), loss=loss, steps=t)   # no answers measured
 
 
+@pytest.mark.parametrize("rule", [ts.SharpTurnOverfitting, ts.BreakoutOverfitting, ts.LevelStepOverfitting,
+                                  ts.MemorisationClimbOverfitting], ids=lambda r: r.__name__)
+def test_a_validation_climb_while_the_model_gives_one_answer_is_left_to_the_collapse_rules(rule):
+    """Labels collapsed to one class: the training loss collapses, the validation loss climbs (as
+    in overfitting) and nine answers in ten or more are that class. The overfitting rules stay
+    quiet while the measured answers say so; the same run with its answers spread is overfitting."""
+    t = np.arange(1200)
+    loss = np.where(t < 600, np.exp(-t / 400), np.exp(-1.5) * 10.0 ** (-(t - 600) / 100))
+    vs = np.arange(50, 1200, 50)
+    val = np.where(vs <= 600, 0.5 + np.exp(-vs / 150), (0.5 + np.exp(-4)) * (1.0 + 0.1 * (vs - 600) / 50))
+    for share, fires in ((np.where(t < 620, 0.3, 0.97), False), (np.full(len(t), 0.3), True)):
+        evs = rule().scan(loss=loss, val_loss=(vs, val), pred_top_share=share, steps=t)
+        assert bool(evs) is fires, (rule.__name__, [e.step for e in evs])
+    assert rule().scan(loss=loss, val_loss=(vs, val), steps=t)     # no answers measured: the rule as before
+
+
 def test_a_blow_up_logged_apart_from_the_validations_is_not_a_silent_collapse():
     """Logs often write the training loss and the validation at different steps (a window mean
     every 10 steps, a validation every 50 at step 49, 99, ...): the latest loss still says the run

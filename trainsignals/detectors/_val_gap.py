@@ -20,7 +20,8 @@ from .._validate import check_choice, check_range
 from ._base import Detector, Input
 from ._factors import expm1_or_inf
 from ._interval import RATE_CAP
-from ._ops import NEVER, column_log, ewma, first_unusable, first_usable, log, shared_ewma
+from ._ops import NEVER, add_shares, column_log, ewma, first_unusable, first_usable, log, shared_ewma
+from .joint_collapse import ONE_ANSWER
 
 #: relative improvement that counts as a new best validation: the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
@@ -34,7 +35,7 @@ TRAIN_B = 1.0 - TRAIN_ALPHA
 _REARM_SHARE = 0.5
 #: the state every overfitting rule keeps (a rule adds its own keys to these)
 RULE_KEYS: tuple[str, ...] = ("train", "best", "best_step", "best_train", "bad", "fired", "cooldown_until",
-                              "mrec", "last_step", "train_step")
+                              "mrec", "last_step", "train_step", "answers")
 #: and the state of a rule that compares with the wobble
 WOBBLE_KEYS: tuple[str, ...] = RULE_KEYS + ("hist", "wobble", "peak", "fall")
 
@@ -58,14 +59,18 @@ class ValGapRule(Detector):
     to it. A validation loss that rises while the metric still improves is a model growing more
     confident in answers it gets right and wrong, not one getting worse on held-out data; a rule
     whose own evidence is a significant climb beyond the wobble
-    (:class:`~trainsignals.BreakoutOverfitting`) reads no metric. ``onset_step`` and
+    (:class:`~trainsignals.BreakoutOverfitting`) reads no metric. When the run measures its
+    answers (``pred_top_share``) and at least :data:`~trainsignals.detectors.joint_collapse.ONE_ANSWER`
+    of them went to one class since the previous validation (their mean share), no rule fires: a
+    validation loss that climbs while the model gives one answer is a collapse, the collapse
+    rules' to name. ``onset_step`` and
     :attr:`best_step` are the step of the best validation. A rule fires once per new best, and re-arms once a validation has come back
     at least halfway (in log space) from the rise it reported towards the best; after an event
     it is quiet for ``cooldown`` steps in any case.
     """
 
     inputs: tuple[Input, ...] = (Input("loss", required=False), Input("val_loss", required=False),
-                                 Input("val_metric", required=False))
+                                 Input("val_metric", required=False), Input("pred_top_share", required=False))
     logs = ("loss",)
     _state_keys = RULE_KEYS
 
@@ -80,7 +85,6 @@ class ValGapRule(Detector):
         self.min_train_fall = min_train_fall
         self.cooldown = cooldown
         self.mode = mode
-        self._a, self._b = TRAIN_ALPHA, TRAIN_B
         self._ld = math.log1p(MIN_DELTA)
         self._lr = math.log1p(min_rise)
         self._tf = -math.log1p(-min_train_fall)
@@ -94,6 +98,9 @@ class ValGapRule(Detector):
         self._fired: float | None = None  # the log rise above the best that alarmed (None: armed)
         self._cooldown_until, self._last_step = NEVER, -1
         self._train_step = -1  # the step of the last train loss taken
+        # the answer shares measured since the last validation: [their sum, their count, their mean at the
+        # last validation that had any (None: never measured)]
+        self._answers: list[Any] = [0.0, 0.0, None]
         # the validation metric, signed (higher is better): [the best so far, the best as it was at the best
         # validation loss, the latest patience since that best]
         self._mrec: list[Any] = [None, None, []]
@@ -113,6 +120,9 @@ class ValGapRule(Detector):
     def _val(self, val: float, step: int) -> Event | None:
         if val - val != 0.0 or val <= 0.0:
             return None
+        ans = self._answers
+        if ans[1]:  # the answers since the previous validation
+            self._answers = [0.0, 0.0, ans[0] / ans[1]]
         v = log(val)
         new_best = self._best is None or v < self._best - self._ld
         self._observe(v, new_best)
@@ -129,6 +139,8 @@ class ValGapRule(Detector):
                 self._fired = None
             return None
         if step <= self._cooldown_until or self._bad < self.patience or v - best < self._lr:
+            return None
+        if (share := self._answers[2]) is not None and share >= ONE_ANSWER:  # one answer: a collapse, not overfitting
             return None
         tr, bt = self._train, self._best_train
         if tr is None or bt is None or tr > bt - self._tf or self._metric_improves() or (
@@ -157,15 +169,21 @@ class ValGapRule(Detector):
         if len(rec[2]) > self.patience:
             del rec[2][0]
 
-    def _take(self, loss: float, val: float, metric: float, step: int, log_loss: float | None = None) -> Event | None:
-        """One step: the train loss into its EWMA, the metric into its record, a validation judged."""
+    def _take(self, loss: float, val: float, metric: float, share: float, step: int,
+              log_loss: float | None = None) -> Event | None:
+        """One step: the train loss into its EWMA, the metric into its record, the answers into their
+        mean, a validation judged.
+        """
         self._last_step = step
+        if 0.0 <= share <= 1.0:  # nan compares false: not measured
+            self._answers[0] += share
+            self._answers[1] += 1.0
         if loss - loss == 0.0 and loss > 0.0:
             u = log(loss) if log_loss is None else log_loss
             if self._train is None:
                 self._train = u
             elif step - self._train_step <= 1:
-                self._train = self._a * u + self._b * self._train
+                self._train = TRAIN_ALPHA * u + TRAIN_B * self._train
             else:  # a sparse log: the weight of the steps since the last loss
                 a = train_weight(step - self._train_step)
                 self._train = a * u + (1.0 - a) * self._train
@@ -174,15 +192,16 @@ class ValGapRule(Detector):
             self._metric(metric)
         return self._val(val, step) if val == val else None
 
-    #: the per-step entry: ``(loss, val_loss, val_metric, step, log_loss)``
+    #: the per-step entry: ``(loss, val_loss, val_metric, pred_top_share, step, log_loss)``
     _step: Callable[..., Event | None] = _take
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         """Steps without a validation only move the smoothed train level: one vectorised EWMA."""
         k = first_usable(arrays[1], i, j)
-        if len(arrays) > 2:  # a rule that reads the metric stops at it too
+        if len(arrays) > 3:  # a rule that reads the metric stops at it too
             k = min(k, first_usable(arrays[2], i, j))
         if k:
+            add_shares(self._answers, arrays[-1][i:i + k])
             u = column_log(arrays[0], i, i + k)
             whole = first_unusable(arrays[0], i, i + k, positive=True) == k
             ok = None if whole else np.isfinite(u)
@@ -195,8 +214,8 @@ class ValGapRule(Detector):
                 if len(ug):
                     gaps = np.diff(st, prepend=self._train_step)
                     if (gaps <= 1).all():  # a whole stretch of the column: shared with the other rules of the batch run
-                        self._train = float((shared_ewma(arrays[0], i, "log", ug, self._a, self._b, self._train)
-                                             if whole else ewma(ug, self._a, self._b, self._train))[-1])
+                        self._train = float((shared_ewma(arrays[0], i, "log", ug, TRAIN_ALPHA, TRAIN_B, self._train)
+                                             if whole else ewma(ug, TRAIN_ALPHA, TRAIN_B, self._train))[-1])
                     else:
                         self._train = sparse_ewma(ug, gaps, self._train)
                     self._train_step = int(st[-1])

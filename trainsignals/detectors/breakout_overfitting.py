@@ -77,7 +77,7 @@ class BreakoutOverfitting(WobbleRule):
 
     _state_keys = WOBBLE_KEYS + ("since",)
     #: a climb beyond the wobble is evidence on its own: the rule reads no validation metric
-    inputs = ValGapRule.inputs[:2]
+    inputs = ValGapRule.inputs[:2] + ValGapRule.inputs[3:]
 
     def __init__(self, patience: int = 3, min_rise: float = 0.02, min_train_fall: float = 0.01,
                  max_window: int = 8, wobble_window: int = 32, confidence: float = 0.975,
@@ -91,8 +91,8 @@ class BreakoutOverfitting(WobbleRule):
         self.confidence = confidence
         self._setup(patience, min_rise, min_train_fall, cooldown, "max")
 
-    def _step(self, loss: float, val: float, step: int, log_loss: float | None = None) -> Event | None:
-        return self._take(loss, val, math.nan, step, log_loss)
+    def _step(self, loss: float, val: float, share: float, step: int, log_loss: float | None = None) -> Event | None:
+        return self._take(loss, val, math.nan, share, step, log_loss)
 
     def _reset(self) -> None:
         super()._reset()

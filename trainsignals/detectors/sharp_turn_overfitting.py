@@ -92,7 +92,7 @@ class SharpTurnOverfitting(ValGapRule):
 
     _state_keys = RULE_KEYS + ("hist", "above")
     #: a turn many times the curve's own noise is evidence on its own: the rule reads no validation metric
-    inputs = ValGapRule.inputs[:2]
+    inputs = ValGapRule.inputs[:2] + ValGapRule.inputs[3:]
 
     def __init__(self, patience: int = 2, z: float = 12.3, min_rise: float = 0.02, min_train_fall: float = 0.01,
                  noise_window: int = 16, cooldown: int = 0) -> None:
@@ -102,8 +102,8 @@ class SharpTurnOverfitting(ValGapRule):
         self.noise_window = noise_window
         self._setup(patience, min_rise, min_train_fall, cooldown, "max")
 
-    def _step(self, loss: float, val: float, step: int, log_loss: float | None = None) -> Event | None:
-        return self._take(loss, val, math.nan, step, log_loss)
+    def _step(self, loss: float, val: float, share: float, step: int, log_loss: float | None = None) -> Event | None:
+        return self._take(loss, val, math.nan, share, step, log_loss)
 
     def _reset(self) -> None:
         super()._reset()

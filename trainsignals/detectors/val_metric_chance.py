@@ -11,7 +11,7 @@ import numpy as np
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range
 from ._base import Detector, Input, Knob
-from ._ops import first_true
+from ._ops import add_shares, first_true
 
 _NOISE_WINDOW = 32  #: validations the metric's noise scale is taken over
 #: The noise scale is the median absolute second difference of successive validations over
@@ -189,10 +189,7 @@ class ValMetricChance(Detector):
             seen = np.flatnonzero(np.isfinite(losses))
             if len(seen):
                 self._loss = float(losses[seen[-1]])
-            sh = arrays[2][i:i + k]
-            for v in sh[(sh >= 0.0) & (sh <= 1.0)].tolist():  # summed in order, as the scalar path does
-                self._shares[0] += v
-                self._shares[1] += 1.0
+            add_shares(self._shares, arrays[2][i:i + k])
             self._last_step = int(steps[i + k - 1])
         return k
 
