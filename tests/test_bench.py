@@ -265,7 +265,8 @@ def _kind(kind: str, rate: float, delay: float | None = 10.0) -> KindScore:
 def _score(name: str, kinds: dict[str, KindScore], **kw: Any) -> Score:
     base = dict(
         n_healthy=100, healthy_alarms=0, healthy_alarm_rate=0.0, healthy_alarm_kinds={},
-        n_faulty=100, pre_onset=0, pre_onset_rate=0.0, n_nonfinite=10, early_warning=10,
+        n_faulty=100, pre_onset=0, pre_onset_rate=0.0, n_alarmed=100, named_first=100, named_first_rate=1.0,
+        n_nonfinite=10, early_warning=10,
         early_warning_rate=1.0, early_warning_any=10, early_warning_any_rate=1.0,
         median_lead=20.0, median_lead_any=20.0, steps=100, seconds=0.001, us_per_step=10.0, curves=[],
     )  # fmt: skip
@@ -342,6 +343,8 @@ def test_rows_table_and_markdown_render() -> None:
     assert rows["nonfinite (n=1)"] == ["100% / 100% / 0 (0)", "0% / 0% / -"]
     assert rows["healthy: any alarm (n=3)"] == ["33.3%", "0.0%"]
     assert rows["faulty: alarm before onset (n=5)"] == ["20.0%", "0.0%"]
+    # alarmed in the window: d1, d2 (divergence first), d3 (a stall first), n1 (nonfinite); the other: d1
+    assert rows["faulty, alarmed in the window: the first alarm names the kind"] == ["75.0% (3/4)", "100.0% (1/1)"]
     assert rows["non-finite: warned before blow-up, div/grad / any (n=3)"] == ["33% / 67%", "33% / 33%"]
     assert rows["non-finite: median lead (steps), div/grad / any"] == ["20 / 50", "10 / 10"]
     assert "µs per step" in rows

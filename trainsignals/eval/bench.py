@@ -272,6 +272,13 @@ class CurveResult:
         return bool(self.alarms)
 
     @property
+    def named_first(self) -> bool:
+        """Whether the first alarm in the window (after the onset) names the curve's kind (another
+        kind at the same step does not count against it).
+        """
+        return self.detect_step is not None and self.detect_step == self.detect_any_step
+
+    @property
     def injected_healthy(self) -> bool:
         """A healthy label given to a run whose fault made no visible difference to its twin.
 
@@ -459,6 +466,9 @@ class Score:
         n_faulty: Faulty curves.
         pre_onset: Faulty curves with an alarm before the onset.
         pre_onset_rate: Their fraction.
+        n_alarmed: Faulty curves (of the kinds scored) with an alarm in the window.
+        named_first: Of those, the curves whose first alarm there names their kind.
+        named_first_rate: Their fraction of ``n_alarmed``.
         n_nonfinite: Non-finite curves (blow-up after the onset).
         early_warning: Of those, flagged by a warning-kind alarm before the blow-up.
         early_warning_rate: Their fraction.
@@ -483,6 +493,9 @@ class Score:
     n_faulty: int
     pre_onset: int
     pre_onset_rate: float | None
+    n_alarmed: int
+    named_first: int
+    named_first_rate: float | None
     n_nonfinite: int
     early_warning: int
     early_warning_rate: float | None
@@ -525,6 +538,8 @@ class Score:
         for r in h_alarms:
             h_kinds.update({a.kind for a in r.alarms})
         pre = sum(r.pre_onset for r in faulty)
+        alarmed = [r for rs in by_kind.values() for r in rs if r.detect_any_step is not None]
+        first = sum(r.named_first for r in alarmed)
         nf = [r for r in faulty if r.early_warning is not None]
         ew = sum(bool(r.early_warning) for r in nf)
         ew_any = sum(bool(r.early_warning_any) for r in nf)
@@ -538,6 +553,9 @@ class Score:
             n_faulty=len(faulty),
             pre_onset=pre,
             pre_onset_rate=_rate(pre, len(faulty)),
+            n_alarmed=len(alarmed),
+            named_first=first,
+            named_first_rate=_rate(first, len(alarmed)),
             n_nonfinite=len(nf),
             early_warning=ew,
             early_warning_rate=_rate(ew, len(nf)),
@@ -572,6 +590,9 @@ class Score:
             "n_faulty": self.n_faulty,
             "pre_onset": self.pre_onset,
             "pre_onset_rate": self.pre_onset_rate,
+            "n_alarmed": self.n_alarmed,
+            "named_first": self.named_first,
+            "named_first_rate": self.named_first_rate,
             "n_nonfinite": self.n_nonfinite,
             "early_warning": self.early_warning,
             "early_warning_rate": self.early_warning_rate,
@@ -824,6 +845,12 @@ class BenchResult:
             (
                 f"faulty: alarm before onset (n={any_score.n_faulty})",
                 [_pct(s.pre_onset_rate) for s in scores],
+            )
+        )
+        out.append(
+            (
+                "faulty, alarmed in the window: the first alarm names the kind",
+                [f"{_pct(s.named_first_rate)} ({s.named_first}/{s.n_alarmed})" for s in scores],
             )
         )
         out.append(
