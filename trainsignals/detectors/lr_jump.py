@@ -37,8 +37,11 @@ class LRJumpAnomaly(Detector):
     its logged steps) and a decay that ends at 0 (a drop to 0 while the rate was already
     falling, or a drop by at most :data:`SLACK` times the fall of the value before: a linear or
     cosine decay's last logged steps fall by a large factor, not by a large amount; a step
-    schedule, which holds its rate between steps, has no such fall). After an event the rule is
-    quiet for ``cooldown`` steps.
+    schedule, which holds its rate between steps, has no such fall). On a log whose rows lie more
+    than one step apart, the rate moves between them unseen: a cosine with warm restarts that a
+    log sees in a few rows a cycle rises at the restart and falls 40x by the next row, as smoothly
+    as any schedule, so across such a gap a drop right after a rise does not count (a drop from a
+    held or falling rate still does). After an event the rule is quiet for ``cooldown`` steps.
 
     **Rate**: ``lr_anomaly`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
@@ -57,7 +60,7 @@ class LRJumpAnomaly(Detector):
 
     inputs = (Input("lr"),)
     knob = Knob("jump_factor", 2.0, 1000.0)
-    _state_keys = ("prev", "peak", "decaying", "fall", "quiet_until", "last_step")
+    _state_keys = ("prev", "prev_step", "rose", "peak", "decaying", "fall", "quiet_until", "last_step")
 
     def __init__(self, jump_factor: float = JUMP_FACTOR, cooldown: int = COOLDOWN) -> None:
         check_range("jump_factor", jump_factor, 1, None, lo_open=True)
@@ -68,6 +71,8 @@ class LRJumpAnomaly(Detector):
 
     def _reset(self) -> None:
         self._prev = -1.0  # the previous usable rate (-1: none yet)
+        self._prev_step = -1  # its step
+        self._rose = False  # whether it rose above the one before it
         self._peak = 0.0
         self._decaying = False  # whether the last change was downward
         self._fall = 0.0  # how much the previous value took off the rate (0: it did not fall)
@@ -79,9 +84,11 @@ class LRJumpAnomaly(Detector):
         if lr - lr != 0.0 or lr < 0.0:
             return None
         prev = self._prev
+        gap, self._prev_step = step - self._prev_step, step
         if lr == prev:
             self._prev = lr  # the same rate again (as given: a -0.0 after a 0.0 stays -0.0)
             self._fall = 0.0  # held: a step schedule, not a decay at every value
+            self._rose = False
             return None
         msg = None
         value = 0.0
@@ -94,13 +101,13 @@ class LRJumpAnomaly(Detector):
                 if r >= self.jump_factor and lr > SLACK * self._peak:
                     msg = f"lr jumped {r:.3g}x to {lr:.4g}, {lr / self._peak:.3g}x the run's peak {self._peak:.4g}"
                     value = r
-                elif r <= 1.0 / self.jump_factor and prev - lr > SLACK * self._fall:
+                elif r <= 1.0 / self.jump_factor and prev - lr > SLACK * self._fall and (gap <= 1 or not self._rose):
                     drop = prev / lr  # (not 1 / r: a ratio that underflowed to 0 has no inverse)
                     msg, value = f"lr dropped {drop:.3g}x to {lr:.4g} in one step", drop
         if prev >= 0.0:
             self._decaying = lr < prev
             self._fall = prev - lr if lr < prev else 0.0
-        self._prev = lr
+        self._prev, self._rose = lr, prev >= 0.0 and lr > prev
         if lr > self._peak:
             self._peak = lr
         if msg is None or step <= self._quiet_until:
@@ -129,8 +136,9 @@ class LRJumpAnomaly(Detector):
                 self._decaying = bool(seg[c] < prev[c])
             self._fall = float(prev[k - 1] - seg[k - 1]) if seg[k - 1] < prev[k - 1] else 0.0
             self._peak = max(self._peak, float(seg.max()))
+            self._rose = bool(seg[-1] > prev[k - 1])
             self._prev = float(seg[-1])
-            self._last_step = int(steps[i + k - 1])
+            self._last_step = self._prev_step = int(steps[i + k - 1])
         return k
 
 
