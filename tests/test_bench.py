@@ -345,6 +345,9 @@ def test_rows_table_and_markdown_render() -> None:
     assert rows["faulty: alarm before onset (n=5)"] == ["20.0%", "0.0%"]
     # alarmed in the window: d1, d2 (divergence first), d3 (a stall first), n1 (nonfinite); the other: d1
     assert rows["faulty, alarmed in the window: the first alarm names the kind"] == ["75.0% (3/4)", "100.0% (1/1)"]
+    d = res.scores["trainsignals"].to_dict(per_curve=True)
+    assert (d["n_alarmed"], d["named_first"], d["named_first_rate"]) == (4, 3, 0.75)
+    assert [c.named_first for c in res.scores["trainsignals"].curves if c.name == "d3"] == [False]  # a stall first
     assert rows["non-finite: warned before blow-up, div/grad / any (n=3)"] == ["33% / 67%", "33% / 33%"]
     assert rows["non-finite: median lead (steps), div/grad / any"] == ["20 / 50", "10 / 10"]
     assert "µs per step" in rows
