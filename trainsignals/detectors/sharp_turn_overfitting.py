@@ -12,10 +12,7 @@ from ._val_gap import RULE_KEYS, ValGapRule
 
 #: The median absolute deviation of a normal sample times this is its standard deviation.
 MAD_TO_SD = 1.4826
-#: Second differences of white noise of standard deviation s have variance 6 s**2
-#: (``e[i] - 2 e[i-1] + e[i-2]``): the noise of the validations themselves, not of their trend.
-SECOND_DIFF_VAR = 6.0
-#: Fewest validations up to the best the noise is measured on (four second differences).
+#: Fewest validations up to the best the noise is measured on (four interpolation residuals).
 MIN_NOISE_VALUES = 6
 #: A noise below this (in log units: 0.0001 % a validation) is rounding, not measured scatter: the
 #: event says so rather than giving a ratio to it.
@@ -29,13 +26,12 @@ class SharpTurnOverfitting(ValGapRule):
     model that starts to memorise turns its validation loss up at once, and a validation set
     of any size scores the turn the more surely the smoother its curve was before. The rule
     measures that smoothness: the noise ``s`` of ``log(val_loss)`` over the ``noise_window``
-    validations before the turn (the best and any that meandered near it since), from their
-    second differences (a smooth trend, falling fast or slowly, has second differences near 0;
-    white noise of standard deviation ``s`` gives them a standard deviation ``sqrt(6) s``),
-    robustly (their median absolute value, so the early fast fall of a run does not inflate
-    it). (Second
-    differences assume validations at a steady cadence, as trainers run them; at uneven steps
-    the trend's own bends count as noise and the rule grows only more cautious.) On top of the
+    validations before the turn (the best and any that meandered near it since), from how far
+    each lies from the line through its two neighbours (a smooth trend, falling fast or slowly,
+    keeps them near 0; white noise of standard deviation ``s`` gives a residual between
+    neighbours ``a`` and ``b`` steps away a standard deviation ``s * sqrt(1 + (a**2 + b**2) / (a
+    + b)**2)``, ``sqrt(1.5) s`` at a steady cadence), robustly (the median of the residuals so
+    scaled, so the early fast fall of a run does not inflate it). On top of the
     gates every overfitting rule shares (see :class:`~trainsignals.detectors._val_gap.ValGapRule`),
     it judges a *turn*: the ``patience``-th validation in a row at least ``min_rise`` (relative)
     above the best, and there only. It needs
@@ -90,7 +86,7 @@ class SharpTurnOverfitting(ValGapRule):
 
     knob = Knob("z", 2.0, 50.0)
 
-    _state_keys = RULE_KEYS + ("hist", "above")
+    _state_keys = RULE_KEYS + ("hist", "hsteps", "above")
     #: a turn many times the curve's own noise is evidence on its own: the rule reads no validation metric
     inputs = ValGapRule.inputs[:2] + ValGapRule.inputs[3:]
 
@@ -108,13 +104,15 @@ class SharpTurnOverfitting(ValGapRule):
     def _reset(self) -> None:
         super()._reset()
         self._hist: list[float] = []  # the latest noise_window + patience log validations
+        self._hsteps: list[int] = []  # and their steps
         self._above = 0  # validations in a row at least min_rise above the best
 
     def _observe(self, v: float, new_best: bool) -> None:
         self._above = 0 if new_best or self._best is None or v - self._best < self._lr else self._above + 1
         self._hist.append(v)
+        self._hsteps.append(self._last_step)  # the validation's own step (the step _take is at)
         if len(self._hist) > self.noise_window + self.patience:
-            del self._hist[0]
+            del self._hist[0], self._hsteps[0]
 
     def _evidence(self, v: float, tr: float, best_train: float) -> str | None:
         k = self.patience
@@ -126,10 +124,7 @@ class SharpTurnOverfitting(ValGapRule):
         pre = self._hist[-k - self.noise_window:-k]  # the validations before the turn
         if len(pre) < MIN_NOISE_VALUES:
             return None
-        second = sorted(abs(pre[i] - 2.0 * pre[i - 1] + pre[i - 2]) for i in range(2, len(pre)))
-        mid = len(second) // 2
-        mad = second[mid] if len(second) % 2 else 0.5 * (second[mid - 1] + second[mid])
-        noise = MAD_TO_SD * mad / math.sqrt(SECOND_DIFF_VAR)
+        noise = residual_noise(pre, self._hsteps[-k - len(pre):-k])
         rise = sum(post) / k - best
         if rise < self.z * noise or rise <= 0.0:
             return None
@@ -138,4 +133,28 @@ class SharpTurnOverfitting(ValGapRule):
         return f"a turn of {rise / noise:.3g} times its own noise ({expm1_or_inf(noise) * 100:.2g}% a validation)"
 
 
-__all__ = ["SharpTurnOverfitting"]
+def residual_noise(y: list[float], steps: list[int]) -> float:
+    """The noise of ``y`` (taken at ``steps``) about its local trend: the median, times
+    :data:`MAD_TO_SD`, of each inner value's distance from the line through its neighbours, scaled
+    by that distance's standard deviation in units of the noise (0 for fewer than three values).
+
+    >>> round(residual_noise([0.0, 0.1, 0.0, 0.1, 0.0], [0, 10, 20, 30, 40]), 4)   # a 0.1 zigzag
+    0.1211
+    >>> residual_noise([3.0, 2.0, 1.0, 0.5, 0.0], [0, 10, 20, 40, 60])   # two lines, uneven steps: no noise
+    0.0
+    """
+    scaled = []
+    for i in range(1, len(y) - 1):
+        a, b = steps[i] - steps[i - 1], steps[i + 1] - steps[i]
+        if a <= 0 or b <= 0:  # validations at one step: no line through them
+            continue
+        wa, wb = b / (a + b), a / (a + b)  # the line's weights on the neighbour before and after
+        scaled.append(abs(y[i] - (wa * y[i - 1] + wb * y[i + 1])) / math.sqrt(1.0 + wa * wa + wb * wb))
+    if not scaled:
+        return 0.0
+    scaled.sort()
+    mid = len(scaled) // 2
+    return MAD_TO_SD * (scaled[mid] if len(scaled) % 2 else 0.5 * (scaled[mid - 1] + scaled[mid]))
+
+
+__all__ = ["SharpTurnOverfitting", "residual_noise"]
