@@ -381,11 +381,20 @@ def _first(x: np.ndarray, i: int, j: int, positive: bool, usable: bool) -> int:
     return (min(int(idx[at]), j) if at < len(idx) else j) - i
 
 
-def add_shares(acc: list[float], values: np.ndarray) -> None:
-    """Add the measured shares among ``values`` (those in [0, 1]: nan is none) to ``acc = [sum, count]``,
-    summed in order as a scalar path adds them one by one (``np.add.accumulate`` is that loop).
+def add_shares(acc: list[Any], values: np.ndarray) -> None:
+    """Add the measured answer shares among ``values`` (those in [0, 1]: nan is none) to ``acc = [sum,
+    count, mean]``, summed in order as a scalar path adds them one by one (``np.add.accumulate`` is that
+    loop).
     """
     got = values[(values >= 0.0) & (values <= 1.0)]
     if len(got):
         acc[0] = float(np.add.accumulate(np.concatenate(([acc[0]], got)))[-1])
         acc[1] += float(len(got))
+
+
+def close_shares(acc: list[Any]) -> None:
+    """At a validation: the mean of the shares added since the previous one becomes ``acc[2]`` (kept
+    as it was when none came) and the sum and count start again.
+    """
+    if acc[1]:
+        acc[0], acc[1], acc[2] = 0.0, 0.0, acc[0] / acc[1]

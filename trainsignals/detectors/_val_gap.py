@@ -20,7 +20,17 @@ from .._validate import check_choice, check_range
 from ._base import Detector, Input
 from ._factors import expm1_or_inf
 from ._interval import RATE_CAP
-from ._ops import NEVER, add_shares, column_log, ewma, first_unusable, first_usable, log, shared_ewma
+from ._ops import (
+    NEVER,
+    add_shares,
+    close_shares,
+    column_log,
+    ewma,
+    first_unusable,
+    first_usable,
+    log,
+    shared_ewma,
+)
 from .joint_collapse import ONE_ANSWER
 
 #: relative improvement that counts as a new best validation: the default of the former
@@ -120,9 +130,7 @@ class ValGapRule(Detector):
     def _val(self, val: float, step: int) -> Event | None:
         if val - val != 0.0 or val <= 0.0:
             return None
-        ans = self._answers
-        if ans[1]:  # the answers since the previous validation
-            self._answers = [0.0, 0.0, ans[0] / ans[1]]
+        close_shares(self._answers)  # the answers since the previous validation
         v = log(val)
         new_best = self._best is None or v < self._best - self._ld
         self._observe(v, new_best)
@@ -223,6 +231,11 @@ class ValGapRule(Detector):
         return k
 
 
+#: the inputs of a rule whose own evidence needs no validation metric: the train loss, the validation
+#: loss and the answers (its ``_step`` passes ``nan`` for the metric to ``_take``)
+METRIC_FREE_INPUTS: tuple[Input, ...] = ValGapRule.inputs[:2] + ValGapRule.inputs[3:]
+
+
 class WobbleRule(ValGapRule):
     """A rule that compares the rise with the validation loss's own wobble.
 
@@ -281,7 +294,7 @@ def sparse_ewma(u: np.ndarray, gaps: np.ndarray, m0: float) -> float:
     m = m0
     for lo, hi in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(w)])).tolist()):
         a = float(w[lo])
-        m = float(ewma(u[lo:hi], a, TRAIN_B if a == TRAIN_ALPHA else 1.0 - a, m)[-1])
+        m = float(ewma(u[lo:hi], a, 1.0 - a, m)[-1])
     return m
 
 
@@ -305,5 +318,5 @@ def largest_rise(v: list[float]) -> float:
     return best
 
 
-__all__ = ["MIN_DELTA", "RULE_KEYS", "TRAIN_ALPHA", "TRAIN_B", "WOBBLE_KEYS", "ValGapRule", "WobbleRule", "largest_rise",
+__all__ = ["METRIC_FREE_INPUTS", "MIN_DELTA", "RULE_KEYS", "TRAIN_ALPHA", "TRAIN_B", "WOBBLE_KEYS", "ValGapRule", "WobbleRule", "largest_rise",
            "sparse_ewma", "t_quantile", "train_weight"]

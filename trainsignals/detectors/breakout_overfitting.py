@@ -9,7 +9,7 @@ from .._validate import check_range
 from ._base import Knob
 from ._factors import expm1_or_inf
 from ._trend import window_trend
-from ._val_gap import WOBBLE_KEYS, ValGapRule, WobbleRule, t_quantile
+from ._val_gap import METRIC_FREE_INPUTS, WOBBLE_KEYS, WobbleRule, t_quantile
 
 
 class BreakoutOverfitting(WobbleRule):
@@ -77,7 +77,7 @@ class BreakoutOverfitting(WobbleRule):
 
     _state_keys = WOBBLE_KEYS + ("since",)
     #: a climb beyond the wobble is evidence on its own: the rule reads no validation metric
-    inputs = ValGapRule.inputs[:2] + ValGapRule.inputs[3:]
+    inputs = METRIC_FREE_INPUTS
 
     def __init__(self, patience: int = 3, min_rise: float = 0.02, min_train_fall: float = 0.01,
                  max_window: int = 8, wobble_window: int = 32, confidence: float = 0.975,

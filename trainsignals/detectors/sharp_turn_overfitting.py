@@ -8,7 +8,7 @@ from .._events import Event
 from .._validate import check_range
 from ._base import Knob
 from ._factors import expm1_or_inf
-from ._val_gap import RULE_KEYS, ValGapRule
+from ._val_gap import METRIC_FREE_INPUTS, RULE_KEYS, ValGapRule
 
 #: The median absolute deviation of a normal sample times this is its standard deviation.
 MAD_TO_SD = 1.4826
@@ -88,7 +88,7 @@ class SharpTurnOverfitting(ValGapRule):
 
     _state_keys = RULE_KEYS + ("hist", "hsteps", "above")
     #: a turn many times the curve's own noise is evidence on its own: the rule reads no validation metric
-    inputs = ValGapRule.inputs[:2] + ValGapRule.inputs[3:]
+    inputs = METRIC_FREE_INPUTS
 
     def __init__(self, patience: int = 2, z: float = 12.3, min_rise: float = 0.02, min_train_fall: float = 0.01,
                  noise_window: int = 16, cooldown: int = 0) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range
 from ._base import Detector, Input, Knob
-from ._ops import add_shares, first_true
+from ._ops import add_shares, close_shares, first_true
 
 _NOISE_WINDOW = 32  #: validations the metric's noise scale is taken over
 #: The noise scale is the median absolute second difference of successive validations over
@@ -94,7 +95,7 @@ class ValMetricChance(Detector):
     inputs = (Input("val_metric", required=False), Input("loss", required=False),
               Input("pred_top_share", required=False))
     _state_keys = ("n", "first", "prev", "prev2", "diffs", "best", "loss", "best_loss", "hist", "quiet", "last_step",
-                   "shares", "share", "best_share")
+                   "answers", "best_share")
 
     def __init__(self, mode: str = "max", back: float = 0.8, chance: float | None = None, warmup: int = 3,
                  loss_tolerance: float = 1.2, cooldown: int = 100) -> None:
@@ -120,9 +121,10 @@ class ValMetricChance(Detector):
         self._loss: float | None = None  # the latest training loss (None: none given yet)
         self._best_loss: float | None = None  # the training loss when the best was held (None: not given)
         self._hist: deque[list[float]] = deque(maxlen=_NOISE_WINDOW)  # recent [step, metric]
-        self._shares = [0.0, 0.0]  # the sum and count of the shares measured since the last validation
-        self._share: float | None = None  # their mean at the last validation with any (None: never measured)
-        self._best_share: float | None = None  # that mean when the best was held
+        # the answer shares since the last validation: [sum, count, their mean at the last validation with
+        # any (None: never measured)], and that mean when the best was held
+        self._answers: list[Any] = [0.0, 0.0, None]
+        self._best_share: float | None = None
         self._quiet = -1  # no event up to and including this step
         self._last_step = -1
 
@@ -136,12 +138,11 @@ class ValMetricChance(Detector):
         if loss - loss == 0.0:
             self._loss = loss
         if 0.0 <= share <= 1.0:  # nan compares false: not measured
-            self._shares[0] += share
-            self._shares[1] += 1.0
+            self._answers[0] += share
+            self._answers[1] += 1.0
         if metric - metric != 0.0:
             return None
-        if self._shares[1]:
-            self._share, self._shares = self._shares[0] / self._shares[1], [0.0, 0.0]
+        close_shares(self._answers)
         loss = math.nan if self._loss is None else self._loss
         m = self._sign * metric
         self._n += 1
@@ -155,7 +156,7 @@ class ValMetricChance(Detector):
         if held is None:
             return None
         if self._best is None or held > self._best:
-            self._best, self._best_loss, self._best_share = held, (loss if loss - loss == 0.0 else None), self._share
+            self._best, self._best_loss, self._best_share = held, (loss if loss - loss == 0.0 else None), self._answers[2]
             return None
         if self._n < self.warmup or step <= self._quiet:
             return None
@@ -170,7 +171,7 @@ class ValMetricChance(Detector):
             return None
         if loss - loss == 0.0 and self._best_loss is not None and loss > self.loss_tolerance * self._best_loss:
             return None
-        if self._share is not None and self._best_share is not None and self._share <= self._best_share:
+        if (now := self._answers[2]) is not None and self._best_share is not None and now <= self._best_share:
             return None  # the answers did not concentrate
         self._quiet = step + self.cooldown
         near = self._best - _ONSET_FRAC * (self._best - m)
@@ -180,6 +181,7 @@ class ValMetricChance(Detector):
                           metric, level,
                           f"validation metric {metric:.4g} is back near chance ({self._sign * self._first:.4g}; "
                           f"best {self._sign * self._best:.4g}) while the training loss keeps falling")
+
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         """Steps without a validation only move the latest training loss and the shares' sum."""
         metric = arrays[0][i:j]
@@ -189,7 +191,7 @@ class ValMetricChance(Detector):
             seen = np.flatnonzero(np.isfinite(losses))
             if len(seen):
                 self._loss = float(losses[seen[-1]])
-            add_shares(self._shares, arrays[2][i:i + k])
+            add_shares(self._answers, arrays[2][i:i + k])
             self._last_step = int(steps[i + k - 1])
         return k
 
