@@ -4,7 +4,8 @@ usage: python benchmarks/probe_one_answer_margin.py [SUITE ...]   (default: real
 
 For each healthy run that measures its answers (``pred_top_share``), the largest fall, in
 decades, of the smoothed log-loss (the rule's level: EWMA, weight ``alpha``) over ``span``
-values, at the steps whose latest share is ``ONE_ANSWER`` or more: how close the run came to the
+values, at the steps whose answers (the measured shares pooled as the rule pools them) are
+``ONE_ANSWER`` or more: how close the run came to the
 rule's ``orders`` bar (1.5 decades). Printed for the rule's span and for 25 and 100 values beside
 it. Nothing here reads a faulty run or a label other than "healthy".
 """
@@ -18,7 +19,7 @@ import numpy as np
 
 import trainsignals as ts
 from trainsignals.curves import load_suite
-from trainsignals.detectors.joint_collapse import ONE_ANSWER
+from trainsignals.detectors.joint_collapse import ONE_ANSWER, answer_levels
 from trainsignals.eval.bench import SUITE_ALIASES
 
 
@@ -40,7 +41,8 @@ def falls(curve, alpha: float, spans: list[int]) -> dict[int, float] | None:  # 
         m = v if t == 0 else alpha * v + (1 - alpha) * m
         lev[t] = m
     at = np.searchsorted(ps, st, side="right") - 1
-    share = np.where(at >= 0, pv[np.maximum(at, 0)], np.nan)
+    pooled = answer_levels(np.asarray(pv, dtype=np.float64), -1.0)  # the answers after each measured share
+    share = np.where(at >= 0, pooled[np.maximum(at, 0)], np.nan)
     one = share >= ONE_ANSWER
     out = {}
     for span in spans:

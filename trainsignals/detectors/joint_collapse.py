@@ -11,6 +11,7 @@ from .._validate import check_range
 from ._base import Input, Knob
 from ._coupling import COUPLING_KEYS, LN10, CouplingLevels
 from ._factors import times
+from ._ops import pooled_levels
 
 #: the default ``span`` as a share of ``lag``: two fifths (100 values for the default lag of
 #: 250), long enough for a collapse to one answer, which takes a few dozen steps
@@ -21,6 +22,26 @@ _SPAN_SHARE = (2, 5)
 ONE_ANSWER = 0.9
 #: the share before any was measured (the gate is open)
 _UNMEASURED = -1.0
+#: EWMA weight of each measured share in the *answers* the collapse rules judge: the answers of about
+#: the last ten sampled batches (2 / (10 + 1), rounded). One batch is too few: the eight answers of a
+#: classifier with two balanced classes all fall in one class once in 128 batches, by chance.
+ANSWER_ALPHA = 0.2
+_ANSWER_B = 1.0 - ANSWER_ALPHA
+
+
+def pooled_answer(level: float, share: float) -> float:
+    """The answers after one more measured ``share`` (in [0, 1]): the share itself when none came
+    before (``level < 0``), else the EWMA ``ANSWER_ALPHA * share + (1 - ANSWER_ALPHA) * level``
+    (:func:`answer_levels` is the same recurrence over an array).
+    """
+    return share if level < 0.0 else ANSWER_ALPHA * share + _ANSWER_B * level
+
+
+def answer_levels(shares: np.ndarray, level: float) -> np.ndarray:
+    """The answers at each of ``shares`` (nan: none measured there), from ``level``, as
+    :func:`pooled_answer` gives them one share at a time.
+    """
+    return pooled_levels(shares, level, ANSWER_ALPHA, _ANSWER_B)
 
 
 class JointCollapse(CouplingLevels):
@@ -37,8 +58,9 @@ class JointCollapse(CouplingLevels):
     collapse to the majority class happens while the loss is still near chance.
 
     When the run measures its answers (``pred_top_share``, optional: the share of the
-    most-predicted class in a batch), the claim is checked on them: the rule fires only while the
-    latest share measured is at least :data:`ONE_ANSWER`. A classifier that interpolates a small
+    most-predicted class in a sampled batch), the claim is checked on them: the rule fires only
+    while the answers (the EWMA of the measured shares, weight :data:`ANSWER_ALPHA`: about the last
+    ten batches) are at least :data:`ONE_ANSWER`. A classifier that interpolates a small
     training set drives loss and grad norm down as fast, but its answers keep the classes'
     spread. Without the share the rule judges the two levels alone.
 
@@ -98,13 +120,13 @@ class JointCollapse(CouplingLevels):
 
     def _reset(self) -> None:
         super()._reset()
-        self._share = _UNMEASURED  # the latest share of the most-predicted class measured
+        self._share = _UNMEASURED  # the answers: the EWMA of the shares of the most-predicted class measured
 
     def _step(self, loss: float, grad: float, share: float, step: int, log_loss: float | None = None,
               log_g: float | None = None) -> Event | None:
         before, n = self._share, self._n
-        if share == share:
-            self._share = share
+        if 0.0 <= share <= 1.0:  # nan compares false: not measured
+            self._share = pooled_answer(before, share)
         ev = self._take(loss, grad, step, log_loss, log_g)
         if self._n == n:  # the levels refused the step (a non-finite or negative value): its share too
             self._share = before
@@ -113,10 +135,7 @@ class JointCollapse(CouplingLevels):
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         k = super()._fast(arrays, steps, i, j)
         if k:
-            shares = arrays[2][i:i + k]
-            seen = np.flatnonzero(shares == shares)
-            if len(seen):
-                self._share = float(shares[seen[-1]])
+            self._share = float(answer_levels(arrays[2][i:i + k], self._share)[-1])
         return k
 
     def _rule(self, step: int) -> Event | None:
@@ -137,7 +156,7 @@ class JointCollapse(CouplingLevels):
     def _event(self, step: int, ds: float, dus: float) -> Event:
         self._fired(step)
         onset = self._onset(True)
-        answers = "" if self._share < 0.0 else f"; {self._share:.0%} of the answers are one class"
+        answers = "" if self._share < 0.0 else f"; {self._share:.0%} of the recent answers are one class"
         msg = (f"loss and grad_norm collapsed together over {self._span} values (since step {onset}): the loss fell "
                f"{times(-dus)}x and the grad norm {times(-ds)}x, too fast for learning{answers}: "
                "the model may have collapsed to one answer (labels of one class?)")
@@ -145,4 +164,4 @@ class JointCollapse(CouplingLevels):
                           min(-dus, -ds) / LN10, self.orders, msg)
 
 
-__all__ = ["JointCollapse"]
+__all__ = ["ANSWER_ALPHA", "JointCollapse", "answer_levels", "pooled_answer"]

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
 from ._ops import column_log, first_unusable, first_usable, log, shared_ewma
-from .joint_collapse import ONE_ANSWER
+from .joint_collapse import ONE_ANSWER, answer_levels, pooled_answer
 
 _LN10 = math.log(10.0)
 #: a quarter of a decade, in log units: how far below the span's highest level the fall has begun
@@ -27,10 +27,11 @@ class OneAnswerLossDrop(Detector):
     answers that class and fits the labels at once: within a few dozen steps its loss falls by
     orders of magnitude. A healthy classifier that learns its data by heart gets there gradually,
     and keeps its answers spread over the classes. The rule reads the measured answers
-    (``pred_top_share``: the share of the most-predicted class in a sampled batch, the latest one
-    measured) and the smoothed level of ``log(loss)`` (EWMA, weight ``alpha``). It fires
-    ``silent_collapse`` (a warning) when the latest share is at least
-    :data:`~trainsignals.detectors.joint_collapse.ONE_ANSWER` (nine answers in ten), and the level
+    (``pred_top_share``: the share of the most-predicted class in a sampled batch, pooled over
+    about the last ten batches: :func:`~trainsignals.detectors.joint_collapse.pooled_answer`) and
+    the smoothed level of ``log(loss)`` (EWMA, weight ``alpha``). It fires ``silent_collapse`` (a
+    warning) when the answers are at least
+    :data:`~trainsignals.detectors.joint_collapse.ONE_ANSWER` (nine in ten one class), and the level
     fell ``orders`` decades over the last ``span`` values and lies ``orders`` decades below its
     level ``lag`` values earlier (or its first level: a loss that comes back down after a blow-up
     does not count). :class:`JointCollapse` asks the same fall of the grad norm too, which a
@@ -40,7 +41,7 @@ class OneAnswerLossDrop(Detector):
     pays a call a step.
 
     ``onset_step`` is the last step of the span whose level was within a quarter of a decade of the
-    span's highest: where the fall began. While the collapse lasts (the latest share at least
+    span's highest: where the fall began. While the collapse lasts (the answers at least
     ``ONE_ANSWER``, the level ``orders`` decades below the span's highest) the rule fires again every
     ``cooldown`` steps, so the Monitor's ``collapsed`` status holds; it ends, and the rule watches
     for a new fall, once either gives way. A non-finite or non-positive loss refuses the step (its
@@ -48,9 +49,9 @@ class OneAnswerLossDrop(Detector):
 
     The defaults: ``orders`` and ``lag`` are :class:`JointCollapse`'s; ``span`` is "a few dozen
     steps", the time a collapse to one answer takes. On the healthy runs of the tuning suites
-    (``datasets/real`` and ``datasets/real_dev``, 149 runs that measure their answers) the level
-    fell at most 0.22 decades in 50 values (0.24 in 100) at a step whose share was ``ONE_ANSWER``
-    or more (untrained character models, which answer one character;
+    (``datasets/real`` and ``datasets/real_dev``, 146 runs that measure their answers) the level
+    fell at most 0.23 decades in 50 values (0.24 in 100) at a step whose answers were
+    ``ONE_ANSWER`` or more (untrained character models, which answer one character;
     ``benchmarks/probe_one_answer_margin.py``): no alarm in the tuning
     healthy steps, against a budget of one per 20,000 (``trainsignals/calibration.json``).
 
@@ -103,7 +104,7 @@ class OneAnswerLossDrop(Detector):
         self._level = 0.0  # smoothed log(loss) (none before the first loss: no levels held)
         self._levels: deque[float] = deque(maxlen=self.lag + 1)  # the level after each of the last lag + 1 losses
         self._steps: deque[int] = deque(maxlen=self.span + 1)  # their steps (the last span + 1)
-        self._share = -1.0  # the latest share measured (-1: none yet)
+        self._share = -1.0  # the answers: the measured shares pooled (-1: none measured yet)
         self._top = 0.0  # in a collapse: the level before the fall (0 with onset -1: no collapse)
         self._onset = -1  # the collapse's onset step (-1: none lasts)
         self._quiet_until = self._last_step = -1
@@ -118,7 +119,7 @@ class OneAnswerLossDrop(Detector):
         if not (loss - loss == 0.0 and loss > 0.0):  # refused, its share with it (as a step without a loss)
             return None
         if 0.0 <= share <= 1.0:  # nan compares false: not measured
-            self._share = share
+            self._share = pooled_answer(self._share, share)
         elif self._share < 0.0:  # no answers measured yet: nothing to watch (the level starts with them)
             return None
         y = log(loss) if log_loss is None else log_loss
@@ -145,7 +146,7 @@ class OneAnswerLossDrop(Detector):
         fell = (self._top - lev) / _LN10
         return make_event(Kind.SILENT_COLLAPSE, "warning", step, self._onset, type(self).__name__, "loss", fell,
                           self.orders, f"the loss {how} {fell:.2g} decades below its level at step {self._onset} "
-                          f"while {self._share:.0%} of the answers are one class: the model answers one class "
+                          f"while {self._share:.0%} of the recent answers are one class: the model answers one class "
                           "(labels of one class?)")
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
@@ -155,11 +156,7 @@ class OneAnswerLossDrop(Detector):
             return k
         if not self._levels or not (lim := first_unusable(arrays[0], i, j, True)):
             return 0
-        sh = arrays[1][i:i + lim]
-        with np.errstate(invalid="ignore"):
-            meas = (sh >= 0.0) & (sh <= 1.0)
-        idx = np.maximum.accumulate(np.where(meas, np.arange(lim), -1))
-        share = np.where(idx >= 0, sh[np.maximum(idx, 0)], self._share)  # the latest share at each value
+        share = answer_levels(arrays[1][i:i + lim], self._share)  # the answers at each value
         lev = shared_ewma(arrays[0], i, "log", column_log(arrays[0], i, i + lim), self._a, self._b, self._level)
         ext = np.concatenate((np.asarray(self._levels, dtype=np.float64), lev))
         pos = np.arange(len(self._levels), len(ext))
