@@ -127,6 +127,22 @@ def test_an_untrained_network_answering_one_class_is_no_collapse_and_a_later_one
         assert got and 500 <= got[0] <= 550, (seed, got)
 
 
+def test_answers_held_at_one_answer_have_no_diversity_to_lose() -> None:
+    """A character model that answers one character for 150 steps, then holds 95 % of its answers
+    there and comes back to all of them: its baseline is already ONE_ANSWER or more, where the
+    rule's rise (half the room left to 1) is smaller than a batch's scatter. No collapse; the same
+    moves from a held 60 % are one."""
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        loss = 3.0 * np.exp(-np.arange(400) / 2000) * np.exp(rng.normal(0, 0.03, 400))
+        for held, fires in ((0.95, False), (0.6, True)):
+            share = np.concatenate((np.ones(150), np.full(100, held), np.ones(150)))
+            share[150:250] = np.clip(share[150:250] + rng.normal(0, 0.015, 100), 0, 1)
+            got = [e.step for e in ts.TopShareCollapse().scan(pred_top_share=share, loss=loss)]
+            assert bool(got) is fires, (seed, held, got)
+            assert not got or 250 <= got[0] <= 260
+
+
 def test_a_lucky_validation_is_no_gain_to_lose_and_a_held_one_is() -> None:
     """A slow learner's accuracy sits near its start with one lucky draw above it, then climbs:
     the draw the next validation does not confirm is no gain, so its return is no collapse; a

@@ -8,6 +8,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Detector, Input, Knob
 from ._ops import log
+from .joint_collapse import ONE_ANSWER
 
 #: Where ``onset_step`` is placed, and how far the share may stray and still teach the baseline:
 #: a quarter of the way from the baseline to the threshold.
@@ -43,7 +44,10 @@ class TopShareCollapse(Detector):
     space, a ViT's first steps), and spreads its answers only as it learns, bunching up again
     now and then on the way; those answers are not a diversity the model held, so they set no
     baseline, and a model that never held a diverse level has none to lose: the rule stays
-    quiet on it. The slow level and the scatter learn only from
+    quiet on it, and on a baseline of :data:`~trainsignals.detectors.joint_collapse.ONE_ANSWER`
+    or more: answers already nine in ten one class hold no diversity to lose, and half the room
+    left to 1 is less than a batch's scatter (a character model that answers spaces for 150 steps,
+    then 95 % of the time). The slow level and the scatter learn only from
     values within a quarter of the way to the threshold, so a collapse never inflates the
     statistics it is measured against. It fires ``silent_collapse`` (a warning) when
 
@@ -170,7 +174,8 @@ class TopShareCollapse(Detector):
         if self._held >= self.warmup and (base is None or self._m < base):  # a level it held: the baseline
             self._base, self._base_u = self._m, self._u
             return None
-        if base is None or self._f <= base + gap or self._u > self._base_u + self._ltol or step <= self._quiet:
+        if (base is None or base >= ONE_ANSWER or self._f <= base + gap or self._u > self._base_u + self._ltol
+                or step <= self._quiet):
             return None
         self._quiet = step + self.cooldown
         return make_event(Kind.SILENT_COLLAPSE, "warning", step, self._calm, type(self).__name__, "pred_top_share",
