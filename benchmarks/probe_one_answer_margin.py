@@ -19,7 +19,7 @@ import numpy as np
 
 import trainsignals as ts
 from trainsignals.curves import load_suite
-from trainsignals.detectors.joint_collapse import ONE_ANSWER, answer_levels
+from trainsignals.detectors._answers import ONE_ANSWER, answer_levels
 from trainsignals.eval.bench import SUITE_ALIASES
 
 
@@ -41,7 +41,7 @@ def falls(curve, alpha: float, spans: list[int]) -> dict[int, float] | None:  # 
         m = v if t == 0 else alpha * v + (1 - alpha) * m
         lev[t] = m
     at = np.searchsorted(ps, st, side="right") - 1
-    pooled = answer_levels(np.asarray(pv, dtype=np.float64), -1.0)  # the answers after each measured share
+    pooled = answer_levels(np.asarray(pv, dtype=np.float64), -1.0, np.asarray(ps), -1)  # after each share
     share = np.where(at >= 0, pooled[np.maximum(at, 0)], np.nan)
     one = share >= ONE_ANSWER
     out = {}

@@ -2,7 +2,7 @@
 
 A classifier with two balanced classes measured on batches of eight answers one class in a whole
 batch once in 128 batches by chance. ``OneAnswerLossDrop`` and ``JointCollapse`` read the measured
-shares pooled (an EWMA over about ten batches), so such a batch, arriving while a small training
+shares pooled (an EWMA over about ten steps' batches), so such a batch, arriving while a small training
 set is learnt by heart (the loss falling two decades), is not taken for a collapse; a real
 collapse, whose answers stay on one class, is still named.
 """
@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 import trainsignals as ts
-from trainsignals.detectors.joint_collapse import ANSWER_ALPHA, ONE_ANSWER, answer_levels, pooled_answer
+from trainsignals.detectors._answers import (
+    ANSWER_ALPHA,
+    ONE_ANSWER,
+    answer_levels,
+    answer_weight,
+    last_share_step,
+    pooled_answer,
+)
 from trainsignals.testing import check_detector
 
 STEPS = 400
@@ -76,20 +83,24 @@ def test_a_collapse_is_named_once_the_answers_of_several_batches_are_one_class(n
         assert "of the recent answers are one class" in first.message
 
 
-def test_the_pooled_answers_are_an_ewma_of_the_measured_shares():
+def test_the_pooled_answers_are_an_ewma_of_the_measured_shares_a_step():
     assert pooled_answer(-1.0, 0.4) == 0.4  # the first share measured is the answers
     assert pooled_answer(0.5, 1.0) == pytest.approx(0.5 + ANSWER_ALPHA * 0.5)
+    assert answer_weight(10) == pytest.approx(1 - (1 - ANSWER_ALPHA) ** 10)  # a row every ten steps: mostly its own
     rng = np.random.default_rng(3)
     shares = rng.uniform(0, 1, 500)
     shares[rng.random(500) < 0.3] = np.nan  # steps without a measure
-    for start in (-1.0, 0.7):
-        level, loop = start, []
-        for s in shares:
+    steps = np.cumsum(rng.choice([1, 1, 1, 2, 10], 500))  # and rows at uneven steps
+    for start, last in ((-1.0, -1), (0.7, 3)):
+        level, at, loop = start, last, []
+        for s, st in zip(shares, steps.tolist()):
             if s == s:
-                level = pooled_answer(level, float(s))
+                level, at = pooled_answer(level, float(s), st - at), st
             loop.append(level)
-        assert np.array_equal(answer_levels(shares, start), np.array(loop))  # bit for bit: scan == update
-    assert np.array_equal(answer_levels(np.full(4, np.nan), -1.0), np.full(4, -1.0))
+        got = answer_levels(shares, start, steps, last)
+        assert np.array_equal(got, np.array(loop))  # bit for bit: scan == update
+        assert last_share_step(shares, steps, last) == at
+    assert np.array_equal(answer_levels(np.full(4, np.nan), -1.0, np.arange(4), -1), np.full(4, -1.0))
 
 
 def test_seven_batches_in_one_class_take_spread_answers_to_one_answer():
@@ -97,6 +108,16 @@ def test_seven_batches_in_one_class_take_spread_answers_to_one_answer():
     while level < ONE_ANSWER:
         level, batches = pooled_answer(level, 1.0), batches + 1
     assert batches == 7  # 0.55 + 0.45 * (1 - 0.8 ** n) >= 0.9 first at n = 7
+
+
+def test_a_log_with_a_row_every_ten_steps_reads_mostly_its_latest_row():
+    # the weight is a step, compounded: one row of answers all in one class, ten steps after a row of
+    # spread ones, is one answer; one batch a step after is not (seven are)
+    assert pooled_answer(0.55, 1.0, 10) >= ONE_ANSWER > pooled_answer(0.55, 1.0, 1)
+    rows = np.arange(9, 400, 10)
+    share = np.where(rows >= 200, 1.0, 0.55)
+    got = answer_levels(share, -1.0, rows, -1)
+    assert got[rows < 200].max() == pytest.approx(0.55) and (got[rows >= 200] >= ONE_ANSWER).all()
 
 
 @pytest.mark.parametrize("name", sorted(RULES))

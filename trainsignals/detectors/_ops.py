@@ -399,25 +399,3 @@ def close_shares(acc: list[Any]) -> None:
     if acc[1]:
         acc[0], acc[1], acc[2] = 0.0, 0.0, acc[0] / acc[1]
 
-
-def pooled_levels(values: np.ndarray, level: float, a: float, b: float) -> np.ndarray:
-    """At each of ``values``, the EWMA (``a*x + b*m``) of the measured shares among them up to it (those
-    in [0, 1]: nan is none), from ``level`` (negative: none measured yet, so the first share measured is
-    the level). Where no share has come yet, ``level`` as it is. The scalar path applies the same
-    recurrence one share at a time (``lfilter`` is that loop), so both give the same floats.
-    """
-    with np.errstate(invalid="ignore"):
-        meas = (values >= 0.0) & (values <= 1.0)
-    seen = np.flatnonzero(meas)
-    if not len(seen):
-        return np.full(len(values), level)
-    x = values[seen].astype(np.float64)
-    if level < 0.0:
-        lev = np.empty(len(x))
-        lev[0] = x[0]
-        if len(x) > 1:
-            lev[1:] = ewma(x[1:], a, b, float(x[0]))
-    else:
-        lev = ewma(x, a, b, level)
-    k = np.cumsum(meas) - 1
-    return np.where(k >= 0, lev[np.maximum(k, 0)], level)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range
+from ._answers import ONE_ANSWER
 from ._base import Detector, Input
 from ._factors import expm1_or_inf
 from ._interval import RATE_CAP
@@ -31,7 +32,6 @@ from ._ops import (
     log,
     shared_ewma,
 )
-from .joint_collapse import ONE_ANSWER
 
 #: relative improvement that counts as a new best validation: the default of the former
 #: TrainValGap since the core engine (commit 9dbceb6), not tuned on a suite
@@ -70,7 +70,7 @@ class ValGapRule(Detector):
     confident in answers it gets right and wrong, not one getting worse on held-out data; a rule
     whose own evidence is a significant climb beyond the wobble
     (:class:`~trainsignals.BreakoutOverfitting`) reads no metric. When the run measures its
-    answers (``pred_top_share``) and at least :data:`~trainsignals.detectors.joint_collapse.ONE_ANSWER`
+    answers (``pred_top_share``) and at least :data:`~trainsignals.detectors._answers.ONE_ANSWER`
     of them went to one class since the previous validation (their mean share), no rule fires: a
     validation loss that climbs while the model gives one answer is a collapse, the collapse
     rules' to name. ``onset_step`` and

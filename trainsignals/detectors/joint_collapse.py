@@ -8,42 +8,16 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
+from ._answers import ONE_ANSWER, answer_levels, last_share_step, pooled_answer
 from ._base import Input, Knob
 from ._coupling import COUPLING_KEYS, LN10, CouplingLevels
 from ._factors import times
-from ._ops import pooled_levels
 
 #: the default ``span`` as a share of ``lag``: two fifths (100 values for the default lag of
 #: 250), long enough for a collapse to one answer, which takes a few dozen steps
 _SPAN_SHARE = (2, 5)
-#: the share of the most-predicted class that is "one answer": nine answers in ten. The healthy
-#: classifiers of the tuning suites (real and development) answer that concentrated at 0.4 % of
-#: their steps after step 100 (99th percentile of the share: 0.81); a collapse answers one class.
-ONE_ANSWER = 0.9
 #: the share before any was measured (the gate is open)
 _UNMEASURED = -1.0
-#: EWMA weight of each measured share in the *answers* the collapse rules judge: the answers of about
-#: the last ten sampled batches (2 / (10 + 1), rounded). One batch is too few: the eight answers of a
-#: classifier with two balanced classes all fall in one class once in 128 batches, by chance.
-ANSWER_ALPHA = 0.2
-_ANSWER_B = 1.0 - ANSWER_ALPHA
-
-
-def pooled_answer(level: float, share: float) -> float:
-    """The answers after one more measured ``share`` (in [0, 1]): the share itself when none came
-    before (``level < 0``), else the EWMA ``ANSWER_ALPHA * share + (1 - ANSWER_ALPHA) * level``
-    (:func:`answer_levels` is the same recurrence over an array).
-    """
-    return share if level < 0.0 else ANSWER_ALPHA * share + _ANSWER_B * level
-
-
-def answer_levels(shares: np.ndarray, level: float) -> np.ndarray:
-    """The answers at each of ``shares`` (nan: none measured there), from ``level``, as
-    :func:`pooled_answer` gives them one share at a time.
-    """
-    return pooled_levels(shares, level, ANSWER_ALPHA, _ANSWER_B)
-
-
 class JointCollapse(CouplingLevels):
     """Flags loss and grad norm collapsing together within a few dozen steps: one safe answer.
 
@@ -59,8 +33,9 @@ class JointCollapse(CouplingLevels):
 
     When the run measures its answers (``pred_top_share``, optional: the share of the
     most-predicted class in a sampled batch), the claim is checked on them: the rule fires only
-    while the answers (the EWMA of the measured shares, weight :data:`ANSWER_ALPHA`: about the last
-    ten batches) are at least :data:`ONE_ANSWER`. A classifier that interpolates a small
+    while the answers (the measured shares pooled over about the last ten steps:
+    :func:`~trainsignals.detectors._answers.pooled_answer`) are at least
+    :data:`~trainsignals.detectors._answers.ONE_ANSWER`. A classifier that interpolates a small
     training set drives loss and grad norm down as fast, but its answers keep the classes'
     spread. Without the share the rule judges the two levels alone.
 
@@ -107,7 +82,7 @@ class JointCollapse(CouplingLevels):
 
     knob = Knob("orders", 0.5, 5.0)
     inputs = (Input("loss"), Input("grad_norm"), Input("pred_top_share", required=False))
-    _state_keys = (*COUPLING_KEYS, "share")
+    _state_keys = (*COUPLING_KEYS, "share", "share_step")
 
     def __init__(self, lag: int = 250, span: int | None = None, alpha: float = 0.1, orders: float = 1.5,
                  cooldown: int = 0) -> None:
@@ -121,21 +96,24 @@ class JointCollapse(CouplingLevels):
     def _reset(self) -> None:
         super()._reset()
         self._share = _UNMEASURED  # the answers: the EWMA of the shares of the most-predicted class measured
+        self._share_step = -1  # the step of the last share measured
 
     def _step(self, loss: float, grad: float, share: float, step: int, log_loss: float | None = None,
               log_g: float | None = None) -> Event | None:
-        before, n = self._share, self._n
+        before, at, n = self._share, self._share_step, self._n
         if 0.0 <= share <= 1.0:  # nan compares false: not measured
-            self._share = pooled_answer(before, share)
+            self._share, self._share_step = pooled_answer(before, share, step - at), step
         ev = self._take(loss, grad, step, log_loss, log_g)
         if self._n == n:  # the levels refused the step (a non-finite or negative value): its share too
-            self._share = before
+            self._share, self._share_step = before, at
         return ev
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
         k = super()._fast(arrays, steps, i, j)
         if k:
-            self._share = float(answer_levels(arrays[2][i:i + k], self._share)[-1])
+            shares, st = arrays[2][i:i + k], steps[i:i + k]
+            self._share = float(answer_levels(shares, self._share, st, self._share_step)[-1])
+            self._share_step = last_share_step(shares, st, self._share_step)
         return k
 
     def _rule(self, step: int) -> Event | None:
@@ -164,4 +142,4 @@ class JointCollapse(CouplingLevels):
                           min(-dus, -ds) / LN10, self.orders, msg)
 
 
-__all__ = ["ANSWER_ALPHA", "JointCollapse", "answer_levels", "pooled_answer"]
+__all__ = ["JointCollapse"]

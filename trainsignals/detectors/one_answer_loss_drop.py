@@ -11,9 +11,9 @@ import numpy as np
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
+from ._answers import ONE_ANSWER, answer_levels, last_share_step, pooled_answer
 from ._base import Detector, Input, Knob
 from ._ops import column_log, first_unusable, first_usable, log, shared_ewma
-from .joint_collapse import ONE_ANSWER, answer_levels, pooled_answer
 
 _LN10 = math.log(10.0)
 #: a quarter of a decade, in log units: how far below the span's highest level the fall has begun
@@ -28,10 +28,10 @@ class OneAnswerLossDrop(Detector):
     orders of magnitude. A healthy classifier that learns its data by heart gets there gradually,
     and keeps its answers spread over the classes. The rule reads the measured answers
     (``pred_top_share``: the share of the most-predicted class in a sampled batch, pooled over
-    about the last ten batches: :func:`~trainsignals.detectors.joint_collapse.pooled_answer`) and
+    about the last ten steps: :func:`~trainsignals.detectors._answers.pooled_answer`) and
     the smoothed level of ``log(loss)`` (EWMA, weight ``alpha``). It fires ``silent_collapse`` (a
     warning) when the answers are at least
-    :data:`~trainsignals.detectors.joint_collapse.ONE_ANSWER` (nine in ten one class), and the level
+    :data:`~trainsignals.detectors._answers.ONE_ANSWER` (nine in ten one class), and the level
     fell ``orders`` decades over the last ``span`` values and lies ``orders`` decades below its
     level ``lag`` values earlier (or its first level: a loss that comes back down after a blow-up
     does not count). :class:`JointCollapse` asks the same fall of the grad norm too, which a
@@ -87,7 +87,7 @@ class OneAnswerLossDrop(Detector):
     knob = Knob("orders", 0.5, 5.0)
     inputs = (Input("loss"), Input("pred_top_share", required=False))
     logs = ("loss",)
-    _state_keys = ("level", "levels", "steps", "share", "top", "onset", "quiet_until", "last_step")
+    _state_keys = ("level", "levels", "steps", "share", "share_step", "top", "onset", "quiet_until", "last_step")
 
     def __init__(self, orders: float = 1.5, span: int = 50, lag: int = 250, alpha: float = 0.1,
                  cooldown: int = 100) -> None:
@@ -105,6 +105,7 @@ class OneAnswerLossDrop(Detector):
         self._levels: deque[float] = deque(maxlen=self.lag + 1)  # the level after each of the last lag + 1 losses
         self._steps: deque[int] = deque(maxlen=self.span + 1)  # their steps (the last span + 1)
         self._share = -1.0  # the answers: the measured shares pooled (-1: none measured yet)
+        self._share_step = -1  # the step of the last share measured
         self._top = 0.0  # in a collapse: the level before the fall (0 with onset -1: no collapse)
         self._onset = -1  # the collapse's onset step (-1: none lasts)
         self._quiet_until = self._last_step = -1
@@ -119,7 +120,7 @@ class OneAnswerLossDrop(Detector):
         if not (loss - loss == 0.0 and loss > 0.0):  # refused, its share with it (as a step without a loss)
             return None
         if 0.0 <= share <= 1.0:  # nan compares false: not measured
-            self._share = pooled_answer(self._share, share)
+            self._share, self._share_step = pooled_answer(self._share, share, step - self._share_step), step
         elif self._share < 0.0:  # no answers measured yet: nothing to watch (the level starts with them)
             return None
         y = log(loss) if log_loss is None else log_loss
@@ -156,7 +157,7 @@ class OneAnswerLossDrop(Detector):
             return k
         if not self._levels or not (lim := first_unusable(arrays[0], i, j, True)):
             return 0
-        share = answer_levels(arrays[1][i:i + lim], self._share)  # the answers at each value
+        share = answer_levels(arrays[1][i:i + lim], self._share, steps[i:i + lim], self._share_step)  # at each value
         lev = shared_ewma(arrays[0], i, "log", column_log(arrays[0], i, i + lim), self._a, self._b, self._level)
         ext = np.concatenate((np.asarray(self._levels, dtype=np.float64), lev))
         pos = np.arange(len(self._levels), len(ext))
@@ -170,6 +171,7 @@ class OneAnswerLossDrop(Detector):
         k = int(np.argmax(stop)) if stop.any() else lim  # the first such value is left to the scalar step
         if k:
             self._share = float(share[k - 1])
+            self._share_step = last_share_step(arrays[1][i:i + k], steps[i:i + k], self._share_step)
             self._level = float(lev[k - 1])
             self._levels.extend(lev[max(0, k - self.lag - 1):k].tolist())
             self._steps.extend(steps[i + max(0, k - self.span - 1):i + k].tolist())

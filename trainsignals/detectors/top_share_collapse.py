@@ -6,9 +6,9 @@ import math
 
 from .._events import Event, Kind, make_event
 from .._validate import check_range
+from ._answers import ONE_ANSWER
 from ._base import Detector, Input, Knob
 from ._ops import log
-from .joint_collapse import ONE_ANSWER
 
 #: Where ``onset_step`` is placed, and how far the share may stray and still teach the baseline:
 #: a quarter of the way from the baseline to the threshold.
@@ -44,7 +44,7 @@ class TopShareCollapse(Detector):
     space, a ViT's first steps), and spreads its answers only as it learns, bunching up again
     now and then on the way; those answers are not a diversity the model held, so they set no
     baseline, and a model that never held a diverse level has none to lose: the rule stays
-    quiet on it, and on a baseline of :data:`~trainsignals.detectors.joint_collapse.ONE_ANSWER`
+    quiet on it, and on a baseline of :data:`~trainsignals.detectors._answers.ONE_ANSWER`
     or more: answers already nine in ten one class hold no diversity to lose, and half the room
     left to 1 is less than a batch's scatter (a character model that answers spaces for 150 steps,
     then 95 % of the time). The slow level and the scatter learn only from
