@@ -120,6 +120,18 @@ def test_a_log_with_a_row_every_ten_steps_reads_mostly_its_latest_row():
     assert got[rows < 200].max() == pytest.approx(0.55) and (got[rows >= 200] >= ONE_ANSWER).all()
 
 
+def test_on_a_log_every_ten_steps_the_loss_drop_rule_keeps_its_spans_in_steps():
+    from trainsignals.detectors._interval import interval_settings
+
+    assert interval_settings(ts.OneAnswerLossDrop, 10) == {"span": 8, "lag": 25, "alpha": pytest.approx(2 / 9)}
+    rows = np.arange(9, STEPS, 10)
+    for seed in range(5):
+        d = collapsing_run(seed)
+        rule = ts.OneAnswerLossDrop(**interval_settings(ts.OneAnswerLossDrop, 10))
+        got = [e.step for e in rule.scan(steps=rows, loss=d["loss"][rows], pred_top_share=d["pred_top_share"][rows])]
+        assert got and 200 <= got[0] <= 290, (seed, got)  # counted in rows, its 50-value span was 500 steps
+
+
 @pytest.mark.parametrize("name", sorted(RULES))
 def test_conformance_on_small_batches(name):
     cls, names = RULES[name]

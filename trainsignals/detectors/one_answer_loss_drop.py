@@ -13,6 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._answers import ONE_ANSWER, answer_levels, last_share_step, pooled_answer
 from ._base import Detector, Input, Knob
+from ._interval import MIN_VALUES
 from ._ops import column_log, first_unusable, first_usable, log, shared_ewma
 
 _LN10 = math.log(10.0)
@@ -85,6 +86,8 @@ class OneAnswerLossDrop(Detector):
     """
 
     knob = Knob("orders", 0.5, 5.0)
+    spans = {"span": MIN_VALUES, "lag": "span"}  # on a log every N steps: as many steps (JointCollapse's too)
+    rates = ("alpha",)
     inputs = (Input("loss"), Input("pred_top_share", required=False))
     logs = ("loss",)
     _state_keys = ("level", "levels", "steps", "share", "share_step", "top", "onset", "quiet_until", "last_step")
