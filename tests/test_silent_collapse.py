@@ -505,3 +505,15 @@ def test_one_answer_loss_drop_holds_the_collapsed_status_while_the_collapse_last
     assert status[-1] != "collapsed" and "collapsed" not in status[:200]
     evs = ts.OneAnswerLossDrop().scan(loss=loss, pred_top_share=share)
     assert len(evs) >= 4 and len({e.onset_step for e in evs}) == 1 and all(200 <= e.step < 800 for e in evs)
+
+
+def test_on_a_sparse_log_the_top_share_rule_keeps_its_fast_memory_and_warm_up_in_steps():
+    """Told the interval, the fast share's weight and the warm-up are in steps (a row every 10 or 50
+    steps); the slow level stays a value's, below the fast one's, whatever the interval."""
+    from trainsignals.detectors._interval import interval_settings
+
+    for every in (10, 50, 500):
+        got = interval_settings(ts.TopShareCollapse, every)
+        assert got == {"warmup": 8, "alpha": pytest.approx(2 / 9)}, every
+        det = ts.TopShareCollapse(**got)
+        assert det.slow < det.alpha

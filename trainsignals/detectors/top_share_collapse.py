@@ -8,6 +8,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._answers import ONE_ANSWER
 from ._base import Detector, Input, Knob
+from ._interval import MIN_VALUES
 from ._ops import log
 
 #: Where ``onset_step`` is placed, and how far the share may stray and still teach the baseline:
@@ -33,7 +34,9 @@ class TopShareCollapse(Detector):
     The detector keeps a fast EWMA (weight ``alpha``) of the share, a slow one (weight
     ``slow``), the share's batch-to-batch scatter (a slow EWMA of half the squared change
     between successive values: a trend does not inflate it) and a fast EWMA of ``log(loss)``,
-    fed at the steps that have both. The slow level follows the fast one down at once when the
+    fed at the steps that have both (on a log written every N steps, ``Monitor(log_every=N)``,
+    ``alpha`` and ``warmup`` keep their memory in steps; ``slow`` stays a value's, which keeps it
+    below ``alpha`` at any interval). The slow level follows the fast one down at once when the
     fast one is six standard deviations below it (the predictions spreading out after
     initialisation is a real fall, not noise). The *baseline* is the lowest level the share
     *held*: the slow level once the fast share has stayed within a quarter of the gap (below)
@@ -106,6 +109,8 @@ class TopShareCollapse(Detector):
     """
 
     knob = Knob("rise", 0.1, 0.95, log=False)
+    spans = {"warmup": MIN_VALUES}
+    rates = ("alpha",)
 
     inputs = (Input("pred_top_share"), Input("loss"))
     _state_keys = ("n", "f", "m", "v", "prev", "u", "base", "base_u", "held", "calm", "quiet", "last_step")
