@@ -398,4 +398,3 @@ def close_shares(acc: list[Any]) -> None:
     """
     if acc[1]:
         acc[0], acc[1], acc[2] = 0.0, 0.0, acc[0] / acc[1]
-

@@ -18,6 +18,8 @@ from ._factors import times
 _SPAN_SHARE = (2, 5)
 #: the share before any was measured (the gate is open)
 _UNMEASURED = -1.0
+
+
 class JointCollapse(CouplingLevels):
     """Flags loss and grad norm collapsing together within a few dozen steps: one safe answer.
 
