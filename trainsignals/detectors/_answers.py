@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._ops import ewma
+from ._ops import step_weight, step_weights, stepwise_ewma
 
 #: the share of the most-predicted class that is "one answer": nine answers in ten. The healthy
 #: classifiers of the tuning suites (real and development) answer that concentrated at 0.4 % of
@@ -21,7 +21,6 @@ ONE_ANSWER = 0.9
 #: by chance. A share measured ``g`` steps after the one before weighs ``1 - 0.8 ** g``
 #: (:func:`answer_weight`): in a log with a row every ten steps, the latest row's share is most of it.
 ANSWER_ALPHA = 0.2
-_ANSWER_B = 1.0 - ANSWER_ALPHA
 
 
 def answer_weight(gap: int) -> float:
@@ -31,7 +30,7 @@ def answer_weight(gap: int) -> float:
     >>> answer_weight(1), round(answer_weight(10), 4)
     (0.2, 0.8926)
     """
-    return ANSWER_ALPHA if gap <= 1 else 1.0 - _ANSWER_B ** gap
+    return step_weight(ANSWER_ALPHA, gap)
 
 
 def pooled_answer(level: float, share: float, gap: int = 1) -> float:
@@ -58,21 +57,10 @@ def answer_levels(shares: np.ndarray, level: float, steps: np.ndarray, last: int
         return np.full(len(shares), level)
     x = shares[seen].astype(np.float64)
     gaps = np.diff(np.asarray(steps)[seen].astype(np.int64), prepend=last)
-    w = np.full(len(x), ANSWER_ALPHA)
-    far = np.flatnonzero(gaps > 1)
-    if len(far):
-        w[far] = [answer_weight(g) for g in gaps[far].tolist()]
-    lev = np.empty(len(x))
-    lo, m = 0, level
     if level < 0.0:  # the first share measured is the answers
-        lev[0] = m = float(x[0])
-        lo = 1
-    cuts = (np.flatnonzero(w[lo + 1:] != w[lo:-1]) + lo + 1).tolist()
-    for a0, a1 in zip([lo, *cuts], [*cuts, len(x)]):
-        if a1 > a0:
-            a = float(w[a0])
-            lev[a0:a1] = ewma(x[a0:a1], a, 1.0 - a, m)
-            m = float(lev[a1 - 1])
+        lev = np.concatenate((x[:1], stepwise_ewma(x[1:], step_weights(ANSWER_ALPHA, gaps[1:]), float(x[0]))))
+    else:
+        lev = stepwise_ewma(x, step_weights(ANSWER_ALPHA, gaps), level)
     k = np.cumsum(meas) - 1
     return np.where(k >= 0, lev[np.maximum(k, 0)], level)
 

@@ -398,3 +398,37 @@ def close_shares(acc: list[Any]) -> None:
     """
     if acc[1]:
         acc[0], acc[1], acc[2] = 0.0, 0.0, acc[0] / acc[1]
+
+
+def step_weight(alpha: float, gap: int, cap: float = 1.0) -> float:
+    """The EWMA weight of a value ``gap`` steps after the one before, for a weight ``alpha`` a step:
+    ``alpha`` compounded over the steps (``1 - (1 - alpha) ** gap``), at most ``cap``.
+
+    >>> step_weight(0.2, 1), round(step_weight(0.2, 10), 4), step_weight(0.2, 10, cap=0.5)
+    (0.2, 0.8926, 0.5)
+    """
+    return alpha if gap <= 1 else min(cap, 1.0 - (1.0 - alpha) ** gap)
+
+
+def step_weights(alpha: float, gaps: np.ndarray, cap: float = 1.0) -> np.ndarray:
+    """:func:`step_weight` of each of ``gaps`` (the same floats: the compounded ones taken in Python)."""
+    w = np.full(len(gaps), alpha)
+    far = np.flatnonzero(gaps > 1)
+    if len(far):
+        w[far] = [step_weight(alpha, g, cap) for g in gaps[far].tolist()]
+    return w
+
+
+def stepwise_ewma(x: np.ndarray, w: np.ndarray, m0: float) -> np.ndarray:
+    """``m[t] = w[t]*x[t] + (1 - w[t])*m[t-1]`` from ``m[-1] = m0``: :func:`ewma` over each stretch of
+    equal weight in turn, so a scalar path applying the recurrence value by value gives the same floats.
+    """
+    out = np.empty(len(x))
+    cuts = (np.flatnonzero(w[1:] != w[:-1]) + 1).tolist()
+    m = m0
+    for lo, hi in zip([0, *cuts], [*cuts, len(x)]):
+        if hi > lo:
+            a = float(w[lo])
+            out[lo:hi] = ewma(x[lo:hi], a, 1.0 - a, m)
+            m = float(out[hi - 1])
+    return out

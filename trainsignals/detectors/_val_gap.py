@@ -31,6 +31,9 @@ from ._ops import (
     first_usable,
     log,
     shared_ewma,
+    step_weight,
+    step_weights,
+    stepwise_ewma,
 )
 
 #: relative improvement that counts as a new best validation: the default of the former
@@ -282,20 +285,14 @@ def train_weight(gap: int) -> float:
     >>> train_weight(1), round(train_weight(2), 4), round(train_weight(500), 4)
     (0.05, 0.0975, 0.2222)
     """
-    return TRAIN_ALPHA if gap <= 1 else min(RATE_CAP, 1.0 - (1.0 - TRAIN_ALPHA) ** gap)
+    return step_weight(TRAIN_ALPHA, gap, RATE_CAP)
 
 
 def sparse_ewma(u: np.ndarray, gaps: np.ndarray, m0: float) -> float:
     """The smoothed train level after ``u`` (taken ``gaps`` steps apart) from ``m0``: the scalar
     path's recurrence, one stretch of equal weight at a time.
     """
-    w = np.array([train_weight(int(g)) for g in gaps.tolist()])
-    cut = np.flatnonzero(w[1:] != w[:-1]) + 1
-    m = m0
-    for lo, hi in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(w)])).tolist()):
-        a = float(w[lo])
-        m = float(ewma(u[lo:hi], a, 1.0 - a, m)[-1])
-    return m
+    return float(stepwise_ewma(u, step_weights(TRAIN_ALPHA, gaps, RATE_CAP), m0)[-1])
 
 
 @functools.lru_cache(maxsize=256)
