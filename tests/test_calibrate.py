@@ -98,6 +98,49 @@ def test_events_carry_their_rules_measured_healthy_rate():
     assert all(d.healthy_rate is None for d in ts.default_suite(300, calibrated=False).values())
 
 
+def test_events_report_their_rules_held_out_rate_first():
+    """The shipped file holds each rule's alarms on held-out healthy runs (measured, never tuned on); the
+    events carry that rate beside the tuning one and say it first."""
+    import numpy as np
+
+    doc = json.loads(cal.CALIBRATION_FILE.read_text())
+    held = doc["entries"]["loss_spike"]["heldout"]
+    assert doc["heldout_suites"][0] == "real_heldout" and held["steps"] > doc["entries"]["loss_spike"]["steps"]
+    assert not set(doc["heldout_suites"]) & set(cal.TUNING_SUITES)
+    rng = np.random.default_rng(7101)
+    loss = 2.0 * np.exp(-np.arange(300) / 200) * np.exp(rng.normal(0, 0.02, 300))
+    loss[150] *= 30.0
+    ev = next(e for e in ts.Monitor(total_steps=300).scan(loss=loss) if e.detector == "EWMAZSpike")
+    assert ev.heldout_rate == pytest.approx(1e4 * held["alarms"] / held["steps"])
+    text = str(ev)
+    assert f"1 in {held['steps'] / held['alarms']:,.0f} held-out healthy steps" in text
+    assert text.index("held-out") < text.index("tuning")
+    assert ts.Event.from_dict(json.loads(json.dumps(ev.to_dict()))) == ev
+    changed = ts.Monitor(total_steps=300, loss_spike={"threshold": 6.5})
+    assert all(e.heldout_rate is None for e in changed.scan(loss=loss) if e.detector == "EWMAZSpike")
+
+
+def test_held_out_rates_are_measured_on_held_out_suites_only(tmp_path):
+    """Held-out rates never come from a tuning suite; written, they change nothing but the rates."""
+    with pytest.raises(ValueError, match="held-out suites only"):
+        cal.heldout_rates(["real"])
+    with pytest.raises(ValueError, match="held-out suites only"):
+        cal.heldout_rates(["heldout", "datasets/real_dev"])
+    rates = cal.heldout_rates(["heldout"], names=["loss_spike", "stall_abrupt"])
+    assert set(rates) == {"loss_spike", "stall_abrupt"}
+    row = rates["loss_spike"]
+    assert row["runs"] > 0 and row["steps"] > 0 and 0 <= row["runs_alarmed"] <= min(row["runs"], row["alarms"])
+    path = tmp_path / "calibration.json"
+    path.write_text(cal.CALIBRATION_FILE.read_text())
+    before = json.loads(path.read_text())
+    cal.write_heldout_rates(rates, ["heldout"], path)
+    after = json.loads(path.read_text())
+    assert after["heldout_suites"] == ["real_heldout"]
+    assert after["entries"]["loss_spike"]["heldout"] == row
+    strip = {n: {k: v for k, v in e.items() if k != "heldout"} for n, e in after["entries"].items()}
+    assert strip == {n: {k: v for k, v in e.items() if k != "heldout"} for n, e in before["entries"].items()}
+
+
 def test_shipped_calibration_covers_every_knob():
     import json
 
@@ -208,3 +251,8 @@ def test_every_default_rule_states_its_measured_rate_in_its_docstring():
             else:
                 pattern = rf"``{n}`` {e['alarms']} alarms? in {e['steps']:,} (tuning healthy )?steps"
                 assert re.search(pattern, doc), (cls.__name__, n, e["alarms"], e["steps"])
+            held = e.get("heldout")
+            if held and held["steps"]:  # and the held-out rate the events report first
+                a = held["alarms"]
+                pattern = rf"``{n}``( {a} alarms?,|[^`]*? {a} (alarms? )?in {held['steps']:,} (steps of [\d,]+ )?held-out)"
+                assert re.search(pattern, doc) and f"{held['steps']:,}" in doc, (cls.__name__, n, held)

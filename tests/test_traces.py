@@ -603,33 +603,37 @@ def test_public_names_are_served_lazily_from_the_package():
         ts.no_such_name  # noqa: B018
 
 
-def test_version_1_trace_without_healthy_rate_is_read(tmp_path):
-    """A trace written before events carried ``healthy_rate`` (format 1) still reads, rate None."""
+@pytest.mark.parametrize(("version", "missing"), [(1, ("healthy_rate", "heldout_rate")), (2, ("heldout_rate",))])
+def test_older_traces_without_the_event_rates_are_read(tmp_path, version, missing):
+    """A trace written before events carried ``healthy_rate`` (format 1) or ``heldout_rate`` (format 2)
+    still reads, those rates None."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
     from trainsignals.io import traces
 
     p = tmp_path / "new.arrow"
-    ev = ts.Event(ts.Kind.STALL, "warning", 1, 0, "d", "loss", 1.0, 0.5, "m", "c", "f", healthy_rate=0.2)
+    ev = ts.Event(ts.Kind.STALL, "warning", 1, 0, "d", "loss", 1.0, 0.5, "m", "c", "f", healthy_rate=0.2,
+                  heldout_rate=0.5)
     write_trace(p, step=[0, 1], loss=[1.0, 1.0], events=[ev])
     t = read_trace(p)
-    # rebuild the same table as format 1 wrote it: the event struct without healthy_rate
-    old_struct = pa.struct([f for f in traces.EVENT_TYPE if f.name != "healthy_rate"])
+    assert trace_events(t) == [ev]
+    # rebuild the same table as that format wrote it: the event struct without the missing fields
+    old_struct = pa.struct([f for f in traces.EVENT_TYPE if f.name not in missing])
     ev_col = t.column("events").combine_chunks()
     flat = ev_col.flatten()
     child = pa.StructArray.from_arrays([flat.field(f.name) for f in old_struct], fields=list(old_struct))
     old_events = pa.ListArray.from_arrays(ev_col.offsets, child, type=pa.list_(old_struct))
     meta = dict(t.schema.metadata)
-    meta[b"trainsignals.format_version"] = b"1"
+    meta[b"trainsignals.format_version"] = str(version).encode()
     i = t.schema.get_field_index("events")
     old = t.set_column(i, pa.field("events", old_events.type, nullable=False), old_events).replace_schema_metadata(meta)
     q = tmp_path / "old.arrow"
     with ipc.new_stream(str(q), old.schema) as w:
         w.write_table(old)
     got = trace_events(read_trace(q))
-    assert [e.healthy_rate for e in got] == [None]
-    assert got[0].to_dict() | {"healthy_rate": 0.2} == ev.to_dict()
+    assert [tuple(getattr(e, m) for m in missing) for e in got] == [(None,) * len(missing)]
+    assert got[0].to_dict() | {m: getattr(ev, m) for m in missing} == ev.to_dict()
 
 
 @pytest.mark.parametrize("damage", [b"null", b"[]", b"7", b'{"a": 1}', b"[1, 2]", b"{"])

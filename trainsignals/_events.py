@@ -87,6 +87,9 @@ class Event:
             threshold in force: alarms per 10,000 healthy steps, measured by calibration
             (:mod:`trainsignals.eval.calibrate`) on the tuning suites; ``None`` when not
             measured (a setting changed from the default, or a detector without a knob).
+        heldout_rate: The same rate on held-out healthy runs: model families and generator
+            seeds that no threshold was ever chosen on, so the figure to expect on a run of
+            your own (``None`` when not measured, as for ``healthy_rate``).
     """
 
     kind: Kind
@@ -102,6 +105,7 @@ class Event:
     fix: str
     layer: str | None = None
     healthy_rate: float | None = None
+    heldout_rate: float | None = None
 
     def __str__(self) -> str:
         since = "" if self.onset_step == self.step else f" (since step {self.onset_step})"
@@ -112,13 +116,28 @@ class Event:
         )
 
     def rate_text(self) -> str:
-        """``healthy_rate`` in words (``", fires on 1 in 40,000 healthy steps"``), or ``""``."""
-        r = self.healthy_rate
-        if r is None:
+        """The rule's healthy-run rates in words, held-out first, or ``""`` when not measured.
+
+        Example:
+            >>> ev = Event(Kind.STALL, "warning", 9, 9, "d", "loss", 1.0, 0.5, "m", "c", "f",
+            ...            healthy_rate=0.25, heldout_rate=1.0)
+            >>> ev.rate_text()
+            ', fires on 1 in 10,000 held-out healthy steps (1 in 40,000 tuning ones)'
+            >>> Event(Kind.STALL, "warning", 9, 9, "d", "loss", 1.0, 0.5, "m", "c", "f", healthy_rate=0.0).rate_text()
+            ', never fired on the tuning healthy runs'
+        """
+        tuned, held = self.healthy_rate, self.heldout_rate
+        if tuned is None and held is None:
             return ""
-        if r <= 0:
-            return ", never fired on the tuning healthy runs"
-        return f", fires on 1 in {1e4 / r:,.0f} healthy steps"
+        if held is None:
+            assert tuned is not None
+            return ", never fired on the tuning healthy runs" if tuned <= 0 else \
+                f", fires on 1 in {1e4 / tuned:,.0f} healthy steps"
+        text = ", never fired on the held-out healthy runs" if held <= 0 else \
+            f", fires on 1 in {1e4 / held:,.0f} held-out healthy steps"
+        if tuned is None:
+            return text
+        return text + (" (never on the tuning ones)" if tuned <= 0 else f" (1 in {1e4 / tuned:,.0f} tuning ones)")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (``kind`` as its string value)."""
@@ -137,8 +156,9 @@ class Event:
         d["kind"] = Kind(d["kind"])
         d["value"] = float(d["value"])
         d["threshold"] = float(d["threshold"])
-        if d.get("healthy_rate") is not None:
-            d["healthy_rate"] = float(d["healthy_rate"])
+        for key in ("healthy_rate", "heldout_rate"):
+            if d.get(key) is not None:
+                d[key] = float(d[key])
         return cls(**d)
 
 

@@ -270,10 +270,11 @@ class Monitor:
                           tuple(i.name for i in det.inputs if i.required), tuple(det.logs))
                          for det in self._suite.values()]
         self._plans: dict[int, tuple[tuple[str, ...], Any]] = {}
-        # each calibrated rule's healthy-run rate, by the (detector, signal) its events carry
+        # each calibrated rule's healthy-run rates (tuning, held-out), by the (detector, signal) its events carry
         keys = [(type(d).__name__, d.inputs[0].name if d.inputs else "") for d in self._suite.values()]
-        self._rates = {k: d.healthy_rate for k, d in zip(keys, self._suite.values(), strict=True)
-                       if keys.count(k) == 1 and getattr(d, "healthy_rate", None) is not None}
+        self._rates = {k: (getattr(d, "healthy_rate", None), getattr(d, "heldout_rate", None))
+                       for k, d in zip(keys, self._suite.values(), strict=True) if keys.count(k) == 1
+                       and (getattr(d, "healthy_rate", None) is not None or getattr(d, "heldout_rate", None) is not None)}
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 
@@ -394,9 +395,9 @@ class Monitor:
         rates = self._rates
         if rates:  # each event says how often its rule fires on healthy runs
             for i, ev in enumerate(events):
-                r = rates.get((ev.detector, ev.signal.partition("[")[0])) if ev.healthy_rate is None else None
-                if r is not None:
-                    events[i] = dataclasses.replace(ev, healthy_rate=r)
+                if ev.healthy_rate is None and ev.heldout_rate is None and (
+                        r := rates.get((ev.detector, ev.signal.partition("[")[0]))) is not None:
+                    events[i] = dataclasses.replace(ev, healthy_rate=r[0], heldout_rate=r[1])
         self._n_events += len(events)
         for ev in events:
             self._events.append(ev)

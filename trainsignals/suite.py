@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._calibration import calibrated as _calibrated
+from ._calibration import heldout_rate as _heldout_rate
 from ._validate import check_choice, check_range
 from .detectors import (
     AbruptPlateau,
@@ -162,8 +163,8 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
             needs (:func:`~trainsignals.detectors.interval_settings`); ``total_steps`` and
             ``min_patience`` stay in steps. Settings given by name are taken as they are.
         calibrated: apply the values ``trainsignals/calibration.json`` holds for the rules'
-            knobs, and give each detector its measured ``healthy_rate`` (False: the classes'
-            defaults and no rate; what calibration itself starts from).
+            knobs, and give each detector its measured ``healthy_rate`` and ``heldout_rate``
+            (False: the classes' defaults and no rate; what calibration itself starts from).
         **settings: per-detector settings by name, e.g. ``loss_spike={"threshold": 8}``;
             ``name=False`` leaves a detector out.
 
@@ -189,6 +190,7 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
         if not isinstance(opt, Mapping):
             raise ValueError(f"{name} must be a mapping of settings or False, got {opt!r}")
         tuned, rate = _calibrated(name) if calibrated else ({}, None)  # trainsignals/calibration.json
+        held = _heldout_rate(name) if calibrated else None
         kw = {**interval_settings(cls, log_every, {**base, **tuned, **(planned(total_steps, min_patience)
                                                                        if planned else {})}), **opt}
         if any(i.name == "val_metric" for i in cls.inputs):  # the metric's direction, set once for the run
@@ -199,6 +201,6 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
             raise ValueError(f"{name}: {exc}") from exc
         except ValueError as exc:
             raise ValueError(f"{name}.{exc}") from exc
-        if rate is not None and not opt:  # the measured rate holds for the calibrated settings only
-            suite[name].healthy_rate = rate
+        if not opt:  # the measured rates hold for the calibrated settings only
+            suite[name].healthy_rate, suite[name].heldout_rate = rate, held
     return suite

@@ -140,6 +140,9 @@ class Detector:
     #: alarms per 10,000 healthy steps at this detector's settings, when measured (the default
     #: suite sets it from the calibration; the Monitor copies it into the events)
     healthy_rate: float | None = None
+    #: the same rate on held-out healthy runs (model families and seeds no value was ever chosen on),
+    #: when measured: what the default suite sets beside ``healthy_rate`` (``calibration.json``)
+    heldout_rate: float | None = None
     #: constructor parameters that are spans counted in values of a per-step signal (windows, holds,
     #: lags), each with the fewest values its statistic needs; and those that are EWMA weights per
     #: value: what :func:`~trainsignals.detectors.interval_settings` scales for a log written every N steps

@@ -38,6 +38,8 @@ class BreakoutOverfitting(WobbleRule):
 
     **Rate**: ``breakout_overfitting`` 3 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``breakout_overfitting`` 33 alarms in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         patience: validations without improvement, >= 2.

@@ -36,6 +36,8 @@ class ConfirmedZSpike(EWMAZSpike):
 
     **Rate**: ``grad_explosion`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``grad_explosion`` 6 alarms in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Example:
         A grad norm that jumps 20x for one value at step 100, then 20x for good at step 200:

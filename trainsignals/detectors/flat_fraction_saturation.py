@@ -26,6 +26,8 @@ class FlatFractionSaturation(LayerFraction):
 
     **Rate**: ``saturation`` 0 alarms in 301,829 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``saturation`` 0 alarms in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         threshold: saturated fraction that fires, in (0, 1].

@@ -44,7 +44,8 @@ class FrozenUpdatePlateau(PlateauRule):
     ``onset_step`` is the first value of the plateau. After an event the rule is quiet until the best improves
     by ``delta`` again, and for ``cooldown`` steps. Non-positive and non-finite losses are skipped with their
     update ratio; a non-finite ratio counts as not measured. **Rate**: ``stall_frozen_updates`` 0 alarms in
-    304,819 tuning healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
+    304,819 tuning healthy steps, 1 in 879,581 held-out ones (1,478 runs; ``calibration.json``; budget 0.5 per
+    10,000).
 
     Args:
         patience: values without improvement before a stall, >= 2.
@@ -78,8 +79,7 @@ class FrozenUpdatePlateau(PlateauRule):
                  cooldown: int = 0, signal: str = "loss") -> None:
         check_range("ratio_decades", ratio_decades, 0, None, lo_open=True)
         check_range("ratio_alpha", ratio_alpha, 0, 1, lo_open=True)
-        self.ratio_decades = ratio_decades
-        self.ratio_alpha = ratio_alpha
+        self.ratio_decades, self.ratio_alpha = ratio_decades, ratio_alpha
         self._ra, self._rb = float(ratio_alpha), 1.0 - float(ratio_alpha)
         super().__init__(patience, hold, delta_mult, cooldown, signal)
 

@@ -38,6 +38,8 @@ class GradCollapseSlowdown(GradPlateauRule):
 
     **Rate**: ``stall_slowdown`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``stall_slowdown`` 0 alarms in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         patience: values per window, >= 2.

@@ -34,6 +34,8 @@ class LevelStepOverfitting(WobbleRule):
 
     **Rate**: ``level_step_overfitting`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``level_step_overfitting`` 1 alarm in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         patience: validations without improvement (and on each level of the test), >= 2.

@@ -44,6 +44,8 @@ class LjungBoxSawtooth(LearningOnset, Detector):
     while the reference window predates the run's learning (:mod:`~trainsignals.detectors._learning`).
     **Rate**: ``sawtooth`` 0 alarms in 304,819 tuning healthy steps at its defaults (``calibration.json``;
     budget 0.5 per 10,000).
+    **Held out**: ``sawtooth`` 4 alarms in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         window: values in the examined window, >= 8.

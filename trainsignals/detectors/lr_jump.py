@@ -45,6 +45,8 @@ class LRJumpAnomaly(Detector):
 
     **Rate**: ``lr_anomaly`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``lr_anomaly`` 0 alarms in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         jump_factor: one-step change factor that fires, > 1.

@@ -25,6 +25,8 @@ class MedianGapGradCliff(LayerLevels):
 
     **Rate**: ``layer_cliff_gap`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``layer_cliff_gap`` 0 alarms in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         gap: decades below the median layer that fire, > 0.

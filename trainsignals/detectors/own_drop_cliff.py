@@ -31,6 +31,8 @@ class OwnDropGradCliff(LayerLevels):
 
     **Rate**: ``layer_cliff_drop`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``layer_cliff_drop`` 0 alarms in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         drop: decades a layer must fall below its own history, beyond the least-fallen layer's fall, > 0.

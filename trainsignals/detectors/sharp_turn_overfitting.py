@@ -55,6 +55,8 @@ class SharpTurnOverfitting(ValGapRule):
 
     **Rate**: ``sharp_turn_overfitting`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
     (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``sharp_turn_overfitting`` 1 alarm in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         patience: validations in a row above the best that make the turn, >= 2.

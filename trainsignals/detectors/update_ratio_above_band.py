@@ -54,7 +54,7 @@ class UpdateRatioAboveBand(Detector):
     ``onset_step`` is the first value of the excursion. After an event it fires again only once the level came
     back under the edge by :data:`REARM` (a factor of 2), and not within ``cooldown`` steps of the last event.
     Non-positive and non-finite ratios are skipped. **Rate**: ``update_ratio_high`` 0 alarms in 304,819 tuning
-    healthy steps at its defaults (``calibration.json``; budget 0.5 per 10,000).
+    healthy steps, 2 in 879,581 held-out ones (1,478 runs; ``calibration.json``; budget 0.5 per 10,000).
 
     Args:
         high: hard upper edge, > band_top.

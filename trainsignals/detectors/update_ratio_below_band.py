@@ -44,6 +44,8 @@ class UpdateRatioBelowBand(Detector):
 
     **Rate**: ``update_ratio_low`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
+    **Held out**: ``update_ratio_low`` 1 alarm in 879,581 steps of 1,478 held-out healthy runs
+    (``calibration.json``).
 
     Args:
         low: hard lower edge, > 0.

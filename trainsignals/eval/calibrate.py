@@ -29,6 +29,12 @@ the run-level target; it is kept to compare.
   suite (``real`` or ``dev``) left out of the tuning runs, and scores the Monitor built from
   those values on that family: the figure for a model family no value was chosen on.
 
+**Held-out rates** (:func:`heldout_rates`, ``--heldout-rates SUITE``): each rule's alarms at
+its shipped value on the healthy runs of the held-out suite and of fresh held-out draws, model
+families and seeds that no value was chosen on. Measured only, never used to set a value; the
+file keeps them beside the tuning figures and each event carries both (held-out first: the rate
+to expect on a run of your own).
+
 The values found are written to ``trainsignals/calibration.json`` (``python -m
 trainsignals.eval.calibrate --write``); the default suite reads them from there, and each event
 carries its rule's measured rate (:attr:`trainsignals.Event.healthy_rate`).
@@ -57,6 +63,7 @@ __all__ = [
     "critical_values",
     "healthy_alarms",
     "healthy_runs",
+    "heldout_rates",
     "leave_one_family_out",
     "measure",
     "settings_from_file",
@@ -65,6 +72,7 @@ __all__ = [
     "tail_value",
     "tuning_curves",
     "write_calibration",
+    "write_heldout_rates",
 ]
 
 #: The false-alarm budget per rule: at most 1 alarm per 20,000 healthy steps (issue 16).
@@ -339,6 +347,62 @@ def measure(curves: Sequence[Any] | None = None, names: Sequence[str] | None = N
     return rows
 
 
+def heldout_rates(suites: Sequence[str], names: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+    """Each knob's alarms at its shipped value on the healthy runs of held-out ``suites``: measured, never tuned on.
+
+    ``suites`` are the held-out suite (``"heldout"``) and folders of fresh held-out draws
+    (``python benchmarks/heldout_pool.py --seeds 5059-5107 --dir DIR --build-only``). The values
+    are what the default suite ships (``calibration.json``'s), so each rate is the one a user's
+    run should expect from model families and seeds no value was chosen on.
+
+    Returns:
+        ``{entry: {"alarms", "runs_alarmed", "runs", "steps"}}`` for every knob entry (``steps``
+        0 where no held-out run carries the rule's signals).
+
+    Raises:
+        ValueError: a tuning suite among ``suites`` (its runs chose the values: no held-out rate).
+    """
+    from trainsignals.suite import SUITE_NAMES, default_suite
+
+    from .bench import load_pooled
+
+    tuning = [s for s in suites if _suite_name(s) in TUNING_SUITES]
+    if tuning or not suites:
+        raise ValueError(f"suites: {tuning or 'none'}: held-out rates are measured on held-out suites only "
+                         f"(the tuning suites {TUNING_SUITES} chose the values)")
+    healthy = healthy_runs(load_pooled(list(suites)))
+    suite = default_suite()
+    out = {}
+    for n in (SUITE_NAMES if names is None else names):
+        det = suite[n]
+        knob = getattr(det, "knob", None)
+        if knob is None:
+            continue
+        inputs = _inputs_of(n, healthy)
+        per = healthy_alarms(n, settings_from_file(CALIBRATION_FILE).get(n, {}), healthy, inputs) if inputs else {}
+        a, r, s = (sum(x) for x in zip(*per.values(), strict=True)) if per else (0, 0, 0)
+        out[n] = {"alarms": a, "runs_alarmed": r, "runs": len(inputs), "steps": s}
+    return out
+
+
+def write_heldout_rates(rates: Mapping[str, Mapping[str, int]], suites: Sequence[str],
+                        path: str | Path = CALIBRATION_FILE) -> Path:
+    """Add held-out rates (:func:`heldout_rates`) to the calibration file's entries; nothing else changes.
+
+    Each entry gains ``"heldout"`` (its alarms, runs alarmed, runs and steps) and the file
+    ``"heldout_suites"`` (the folder names measured). The default suite gives each detector
+    its rate (``heldout_rate``), and the Monitor each event.
+    """
+    path = Path(path)
+    doc = json.loads(path.read_text())
+    for n, row in rates.items():
+        if n in doc["entries"]:
+            doc["entries"][n]["heldout"] = dict(row)
+    doc["heldout_suites"] = [_suite_name(s) for s in suites]
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return path
+
+
 def _capped(row: Calibrated, curves: Sequence[Any]) -> Calibrated:
     """``row``'s value, or the class default when that is the quieter of the two (``ceiling``)."""
     det = _alone(row.name, None, {})
@@ -590,7 +654,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=CALIBRATION_FILE,
                    help="with --write: the file to write (default: the one the default suite reads); "
                         "`trainsignals bench --calibration FILE` scores it")
+    p.add_argument("--heldout-rates", action="append", metavar="SUITE",
+                   help="measure only: each rule's alarms at its shipped value on these held-out suites' healthy "
+                        "runs (repeatable: 'heldout' and draw folders; with --write, added to the file)")
     args = p.parse_args(argv)
+    if args.heldout_rates:
+        held = heldout_rates(args.heldout_rates, names=args.entry)
+        for n, row in held.items():
+            per = 1e4 * row["alarms"] / row["steps"] if row["steps"] else 0.0
+            print(f"{n:22s} {row['alarms']:3d} alarms ({per:.3f} per 10k held-out healthy steps, "
+                  f"{row['runs_alarmed']} of {row['runs']} runs, {row['steps']} steps)")
+        if args.write:
+            print(f"wrote {write_heldout_rates(held, args.heldout_rates, args.out)}")
+        return 0
     curves = tuning_curves(args.suite) if args.suite else None
     if args.measure:
         rows = measure(curves, names=args.entry, budget_per_10k=args.budget)

@@ -75,9 +75,9 @@ __all__ = [
     "write_trace",
 ]
 
-TRACE_SCHEMA_VERSION = 2
+TRACE_SCHEMA_VERSION = 3
 """Version of the trace layout written by this module (``trainsignals.format_version``; 2 added the
-events' ``healthy_rate``; version 1 traces are read too)."""
+events' ``healthy_rate``, 3 their ``heldout_rate``; traces of versions 1 and 2 are read too)."""
 
 SCALAR_COLUMNS = SCALAR_SIGNALS
 DENSE_SIGNALS = _DENSE
@@ -109,9 +109,11 @@ EVENT_TYPE = pa.struct([
     pa.field("fix", pa.string(), nullable=False),
     pa.field("layer", pa.string(), nullable=True),
     pa.field("healthy_rate", pa.float64(), nullable=True),
+    pa.field("heldout_rate", pa.float64(), nullable=True),
 ])
-#: The event struct of format version 1 (before ``healthy_rate``), still read.
-_EVENT_TYPE_V1 = [(f.name, f.type) for f in EVENT_TYPE if f.name != "healthy_rate"]
+#: The event structs of format versions 1 (before ``healthy_rate``) and 2 (before ``heldout_rate``), still read.
+_EVENT_TYPE_V2 = [(f.name, f.type) for f in EVENT_TYPE if f.name != "heldout_rate"]
+_EVENT_TYPE_V1 = [(n, ty) for n, ty in _EVENT_TYPE_V2 if n != "healthy_rate"]
 _EVENT_FIELDS = tuple(f.name for f in EVENT_TYPE)
 _EVENT_FIELD_TYPES = tuple(f.type for f in EVENT_TYPE)
 _F64_LIST = pa.list_(pa.float64())
@@ -279,6 +281,7 @@ def _events_column(m: int, rows: Sequence[int] | np.ndarray, events: Sequence[Ev
             pa.array([e.fix for e in events], pa.string()),
             pa.array([e.layer for e in events], pa.string()),
             pa.array([e.healthy_rate for e in events], pa.float64()),
+            pa.array([e.heldout_rate for e in events], pa.float64()),
         ]
         child = pa.StructArray.from_arrays(cols, fields=list(EVENT_TYPE))
     return pa.ListArray.from_arrays(pa.array(offsets), child, type=_EVENTS_LIST)
@@ -1454,7 +1457,8 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
             t = schema.field(i).type
             if f.name == "events":  # compare names and types, not nullability
                 ok = pa.types.is_list(t) and pa.types.is_struct(t.value_type) and [
-                    (c.name, c.type) for c in t.value_type] in ([(c.name, c.type) for c in EVENT_TYPE], _EVENT_TYPE_V1)
+                    (c.name, c.type) for c in t.value_type] in (
+                    [(c.name, c.type) for c in EVENT_TYPE], _EVENT_TYPE_V2, _EVENT_TYPE_V1)
             else:
                 ok = t.equals(f.type)
             if not ok:
