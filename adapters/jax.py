@@ -61,6 +61,7 @@ __all__ = [
     "leaf_names",
     "measurements",
     "monitored",
+    "pred_spread",
     "pred_top_share",
     "to_monitor_kwargs",
     "to_scan_kwargs",
@@ -70,7 +71,7 @@ PyTree = Any
 Stats = dict[str, Any]
 
 # Keys passed straight through to Monitor.update / Monitor.scan when present in a stats dict.
-_PASSTHROUGH = ("loss", "lr", "val_loss", "pred_top_share")
+_PASSTHROUGH = ("loss", "lr", "val_loss", "pred_top_share", "pred_spread")
 
 
 def pred_top_share(outputs: jax.Array, axis: int = -1) -> jax.Array:
@@ -97,6 +98,31 @@ def pred_top_share(outputs: jax.Array, axis: int = -1) -> jax.Array:
     preds = jnp.argmax(outputs, axis=axis).reshape(-1)
     counts = jnp.bincount(preds, length=jnp.shape(outputs)[axis])
     return counts.max() / preds.size
+
+
+def pred_spread(outputs: jax.Array) -> jax.Array:
+    """The spread of a batch's predictions: the ``pred_spread`` signal of a regression.
+
+    The standard deviation of ``outputs`` across the batch (axis 0), averaged over the other
+    axes; a regression whose predictions collapse to one answer while its loss falls loses it
+    (:class:`trainsignals.SpreadCollapse`). Jit-compatible: return it in the stats dict
+    (``stats["pred_spread"] = pred_spread(preds)``). Works on NumPy arrays too.
+
+    Args:
+        outputs: the batch's predictions, ``(batch,)`` or ``(batch, ...)``, at least 2 of them.
+
+    Returns:
+        A 0-d array ``>= 0``.
+
+    Example:
+        >>> float(pred_spread(jnp.array([[1.0, 0.0], [3.0, 0.0]])))
+        0.5
+    """
+    if jnp.ndim(outputs) < 1 or jnp.shape(outputs)[0] < 2:
+        raise ValueError(f"outputs must hold a batch of at least 2 predictions along axis 0, got shape "
+                         f"{jnp.shape(outputs)}")
+    x = jnp.reshape(outputs, (jnp.shape(outputs)[0], -1))
+    return jnp.mean(jnp.std(x, axis=0))
 
 
 def _key_name(key: Any) -> str:

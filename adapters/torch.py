@@ -55,7 +55,9 @@ then does not measure again), or pass the norm that ``clip_grad_norm_`` returns:
 ``pred_top_share`` signal: :func:`pred_top_share` turns a batch's logits (or class predictions)
 into it on the device; pass it with the loss, ``watcher.update(loss=loss,
 pred_top_share=pred_top_share(logits))``, and it travels in the step's one host transfer. A
-validation accuracy goes in as ``val_metric`` (``watcher.update(..., val_metric=acc)`` or
+regression shows it in the spread of its predictions: :func:`pred_spread` (``watcher.update(loss=loss,
+pred_spread=pred_spread(outputs))``), their standard deviation across the batch falling while the
+loss falls. A validation accuracy goes in as ``val_metric`` (``watcher.update(..., val_metric=acc)`` or
 ``monitor.update(step=..., val_metric=acc)``).
 
 **Gradient accumulation** needs nothing: the hooks are on the optimizer step, so the
@@ -130,7 +132,7 @@ import trainsignals as ts
 from trainsignals import Kind, TrainingFailure, check_kinds, make_event
 
 __all__ = ["FROZEN_AFTER", "TorchWatcher", "TrainingFailure", "WRAPPER_SET", "check_watcher_options",
-           "pred_top_share"]
+           "pred_spread", "pred_top_share"]
 
 #: updates in a row without an ``optimizer.step()`` before the watcher reports a frozen optimizer:
 #: twice ``max_skipped``'s default, since a loop's own conditions can skip a few steps too
@@ -760,7 +762,8 @@ class TorchWatcher:
     # The per-step call
     # ------------------------------------------------------------------------------------
     def update(self, loss: Any = None, *, grad_norm: Any = None, val_loss: Any = None,
-               step: int | None = None, val_metric: Any = None, pred_top_share: Any = None) -> list[ts.Event]:
+               step: int | None = None, val_metric: Any = None, pred_top_share: Any = None,
+               pred_spread: Any = None) -> list[ts.Event]:
         """Feed the Monitor this optimizer step's measurements; one host transfer.
 
         Call once per optimizer step, after ``optimizer.step()`` (or ``scaler.step(optimizer)``).
@@ -775,6 +778,8 @@ class TorchWatcher:
             val_metric: a validation metric (accuracy...) measured at this step.
             pred_top_share: the share of the most-predicted class in a batch of this step
                 (:func:`pred_top_share`; a device tensor joins the one transfer).
+            pred_spread: the spread of a regression's predictions in a batch of this step
+                (:func:`pred_spread`; a device tensor joins the one transfer).
 
         Returns:
             The events raised at this step: the Monitor's, then the adapter's own (skipped
@@ -790,7 +795,8 @@ class TorchWatcher:
         scaler_skipped = self.scaler is not None and not self._stepped
         self._track_frozen(s, self._stepped or scaler_skipped)
         packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped,
-                                          more=(("val_metric", val_metric), ("pred_top_share", pred_top_share)))
+                                          more=(("val_metric", val_metric), ("pred_top_share", pred_top_share),
+                                                ("pred_spread", pred_spread)))
         # reset for the next step
         self._grad_sq = None
         self._applied_sq = None
@@ -932,7 +938,7 @@ class TorchWatcher:
         kw: dict[str, Any] = {}
         if "measured" in got:
             kw["grad_norm"] = float(got["measured"][0])
-        for key in ("loss", "grad_norm", "val_loss", "val_metric", "pred_top_share"):
+        for key in ("loss", "grad_norm", "val_loss", "val_metric", "pred_top_share", "pred_spread"):
             if key in got:
                 kw[key] = float(got[key][0])
             elif key in host:
@@ -1191,3 +1197,31 @@ def check_watcher_options(kwargs: Mapping[str, Any], owner: str = "TrainSignalsC
             raise ValueError(f"{key} is not a TorchWatcher option; the options are {known}")
     probe = nn.Linear(1, 1)
     TorchWatcher(probe, torch.optim.SGD(probe.parameters(), lr=0.1), ts.Monitor(), **kwargs).close()
+
+
+def pred_spread(outputs: torch.Tensor) -> torch.Tensor:
+    """The spread of a batch's predictions: the ``pred_spread`` signal of a regression.
+
+    The standard deviation of ``outputs`` across the batch (dimension 0; the population's, as
+    :func:`trainsignals.adapters.jax.pred_spread` takes it), averaged over the other dimensions (the outputs of a multi-output regression, the pixels of an
+    autoencoder). A healthy regression's predictions vary as its targets do; one that
+    collapsed to a constant answer (its targets replaced by their mean, say) has none left,
+    while its loss still falls. Cheap and on the device, no host synchronisation.
+
+    Args:
+        outputs: the batch's predictions, ``(batch,)`` or ``(batch, ...)``.
+
+    Returns:
+        A 0-d float32 tensor ``>= 0`` on ``outputs``' device (NaN for a batch of fewer than 2).
+
+    Example:
+        >>> float(pred_spread(torch.tensor([[1.0, 0.0], [3.0, 0.0]])))   # sd 1 and 0, averaged
+        0.5
+        >>> float(pred_spread(torch.full((8, 3), 2.5)))
+        0.0
+    """
+    with torch.no_grad():
+        x = outputs.detach().to(torch.float32)
+        if x.dim() == 0 or x.shape[0] < 2:
+            return torch.tensor(math.nan, device=x.device)
+        return x.reshape(x.shape[0], -1).std(dim=0, correction=0).mean()

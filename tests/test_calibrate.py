@@ -139,6 +139,12 @@ def test_held_out_rates_are_measured_on_held_out_suites_only(tmp_path):
     assert after["entries"]["loss_spike"]["heldout"] == row
     strip = {n: {k: v for k, v in e.items() if k != "heldout"} for n, e in after["entries"].items()}
     assert strip == {n: {k: v for k, v in e.items() if k != "heldout"} for n, e in before["entries"].items()}
+    # a value measured again replaces its entry, without a held-out rate; the others keep theirs
+    again = cal.measure(names=["stall_abrupt"])
+    cal.write_calibration(again, path, update=True)
+    final = json.loads(path.read_text())
+    assert final["heldout_suites"] == ["real_heldout"] and final["entries"]["loss_spike"]["heldout"] == row
+    assert "heldout" not in final["entries"]["stall_abrupt"]
 
 
 def test_shipped_calibration_covers_every_knob():

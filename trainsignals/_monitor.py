@@ -34,8 +34,10 @@ _NAN = float("nan")
 SCAN_CHUNK = 1 << 21
 _VECTOR_NAMES = frozenset(name for name, sig in SIGNALS.items() if sig.form != "scalar")
 #: the signals ``update`` takes, in the order of a step's row (the per-layer ones last)
-_ORDER = ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "val_metric", "pred_top_share", "layer_grad_norms",
-          "layer_update_ratios", "activations")
+_ORDER = ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "val_metric", "pred_top_share", "pred_spread",
+          "layer_grad_norms", "layer_update_ratios", "activations")
+#: the first bit of a per-layer signal in a step's ``have`` (they come last in ``_ORDER``)
+_VECTOR_BITS = 1 << _ORDER.index("layer_grad_norms")
 
 
 @lru_cache(maxsize=256)
@@ -422,6 +424,7 @@ class Monitor:
         layer_update_ratios: Any = None,
         val_metric: Any = None,
         pred_top_share: Any = None,
+        pred_spread: Any = None,
     ) -> list[Event]:
         """Feed one step's signals (any subset); returns the events raised at this step.
 
@@ -435,8 +438,8 @@ class Monitor:
             TypeError: a signal is not a number (or mapping/sequence for vectors), or ``events``
                 holds something other than :class:`Event`; the message names it. Nothing is
                 recorded for that call.
-            ValueError: a negative grad norm, learning rate or update ratio, a ``pred_top_share``
-                outside [0, 1]; a decreasing step.
+            ValueError: a negative grad norm, learning rate, update ratio or ``pred_spread``, a
+                ``pred_top_share`` outside [0, 1]; a decreasing step.
         """
         if step is None:
             s = self._step + 1
@@ -472,21 +475,24 @@ class Monitor:
         if pred_top_share is not None:
             row.append(scalar("pred_top_share", pred_top_share))
             have |= 64
+        if pred_spread is not None:
+            row.append(scalar("pred_spread", pred_spread))
+            have |= 128
         if layer_grad_norms is not None and _given(layer_grad_norms):
             row.append(layers("layer_grad_norms", layer_grad_norms, self._layer_names.get("layer_grad_norms")))
-            have |= 128
+            have |= 256
         if layer_update_ratios is not None and _given(layer_update_ratios):
             row.append(layers("layer_update_ratios", layer_update_ratios, self._layer_names.get("layer_update_ratios")))
-            have |= 256
+            have |= 512
         if activations is not None and _given(activations):
             row.append(_activations(activations, self._layer_names.get("activations")))
-            have |= 512
+            have |= 1024
         self._step = s
         got = self._plans.get(have)
         if got is None:
             got = self._plan_for(have)
         names, run = got
-        if have >= 128:  # a per-layer signal (they come last): remember its layers
+        if have >= _VECTOR_BITS:  # a per-layer signal (they come last): remember its layers
             for name, v in zip(names, row, strict=True):
                 if name in _VECTOR_NAMES and name not in self._layer_names:
                     self._layer_names[name] = v.names
@@ -497,7 +503,7 @@ class Monitor:
             lv = ll = _NAN
         row += (_NAN, None, ll)  # what an absent optional input is, then the loss's log
         out = self.policy.apply(run(row, s), s, lv, ll)  # only the detectors this step's signals reach
-        if have >= 128:  # the caller's LayerValues keep no more than their vectors once the step is judged
+        if have >= _VECTOR_BITS:  # the caller's LayerValues keep no more than their vectors once the step is judged
             for v in (layer_grad_norms, layer_update_ratios):
                 if type(v) is LayerValues:
                     v.release()
@@ -539,6 +545,7 @@ class Monitor:
         layer_update_ratios: Any = None,
         val_metric: Any = None,
         pred_top_share: Any = None,
+        pred_spread: Any = None,
     ) -> list[Event]:
         """Batch path: whole arrays in, exactly the events of feeding :meth:`update` step by step.
 
@@ -552,12 +559,13 @@ class Monitor:
         with ``step`` directly
         (a ``{name: array}`` mapping or a 2-D array). Accepts lists, NumPy arrays, pandas or
         polars columns and pyarrow arrays. ``val_metric`` is a ``(steps, values)`` pair like
-        ``val_loss``; ``pred_top_share`` is aligned (with gaps) or a pair. Returns the new
+        ``val_loss``; ``pred_top_share`` and ``pred_spread`` are aligned (with gaps) or pairs. Returns the new
         events; the Monitor's state advances as if every step had been fed.
         """
         given = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "update_ratio": update_ratio, "val_loss": val_loss,
                  "layer_grad_norms": layer_grad_norms, "layer_update_ratios": layer_update_ratios,
-                 "activations": activations, "val_metric": val_metric, "pred_top_share": pred_top_share}
+                 "activations": activations, "val_metric": val_metric, "pred_top_share": pred_top_share,
+                 "pred_spread": pred_spread}
         raw = {k: v for k, v in given.items() if v is not None}
         for name in ("val_loss", "val_metric"):
             if name in raw and not (isinstance(raw[name], tuple) and len(raw[name]) == 2):
@@ -784,7 +792,7 @@ def scan(data: Any = None, /, *, total_steps: int | None = None, **signals: Any)
     ``data`` may instead hold the columns: a pyarrow ``Table`` (a null is "not measured", a
     NaN a measured non-finite value), a pandas or polars ``DataFrame`` or a mapping of columns,
     named ``step``, ``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss``,
-    ``val_metric``, ``pred_top_share`` (others are ignored; keywords override columns).
+    ``val_metric``, ``pred_top_share``, ``pred_spread`` (others are ignored; keywords override columns).
     ``val_loss`` and ``val_metric`` are taken at the rows where they were
     measured: non-null in a pyarrow table; in a DataFrame or mapping, NaN marks the rows without
     validation (pandas' own missing marker).

@@ -8,7 +8,9 @@ it is *sparse* (measured at its own cadence, such as ``val_loss`` and ``val_metr
 
 ``val_metric`` is any validation metric (accuracy, F1, ...; its direction is the Monitor's
 ``val_metric_mode``); ``pred_top_share`` is the share of the most-predicted class among a
-sampled batch's predictions (:func:`trainsignals.adapters.torch.pred_top_share` measures it). The Monitor, the detectors' ``update``/``scan``,
+sampled batch's predictions (:func:`trainsignals.adapters.torch.pred_top_share` measures it), and
+``pred_spread`` a regression's: the standard deviation of a sampled batch's predictions across the
+batch, averaged over the outputs (:func:`trainsignals.adapters.torch.pred_spread`). The Monitor, the detectors' ``update``/``scan``,
 the traces and the importers all go through the functions here, so a value is checked the
 same way wherever it enters.
 
@@ -71,6 +73,7 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("val_loss", sparse=True),
     Signal("val_metric", sparse=True),
     Signal("pred_top_share", nonneg=True, fraction=True),
+    Signal("pred_spread", nonneg=True),
     Signal("layer_grad_norms", form="layers", nonneg=True),
     Signal("layer_update_ratios", form="layers", nonneg=True),
     Signal("activations", form="activations"),

@@ -59,6 +59,7 @@ from .detectors import (
     SharpTurnOverfitting,
     SignedLostProgress,
     SignedZSpike,
+    SpreadCollapse,
     SwingRatioEdgeOfStability,
     TopShareCollapse,
     TrendDivergence,
@@ -132,6 +133,7 @@ _TABLE: tuple[tuple[str, type[Detector], dict[str, Any], Callable[[int | None, i
     ("dead_units", ZeroFractionDeadUnits, {}, None),
     ("saturation", FlatFractionSaturation, {}, None),
     ("pred_collapse", TopShareCollapse, {}, None),
+    ("spread_collapse", SpreadCollapse, {}, None),
     ("val_metric_chance", ValMetricChance, {}, None),
 )
 

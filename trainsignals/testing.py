@@ -274,7 +274,8 @@ def example_inputs(detector: Any, n: int = 600, seed: int = 0) -> dict[str, Any]
 
     Scalars are aligned arrays of ``n`` positive values with noise, a spike, a sawtooth, a climb
     and one NaN (the learning rate is piecewise constant with a jump; ``pred_top_share`` a
-    fraction that climbs to 1 from the middle on); ``val_loss`` and ``val_metric`` (an accuracy
+    fraction that climbs to 1 from the middle on, ``pred_spread`` a spread that shrinks to 0 from
+    there); ``val_loss`` and ``val_metric`` (an accuracy
     that falls back to chance) are ``(steps, values)`` pairs every 20 steps; per-layer inputs are ``{layer: array}`` with one
     layer collapsing; activations are ``{layer: {"dead_frac": array, "saturation": array}}``.
     """
@@ -295,6 +296,11 @@ def example_inputs(detector: Any, n: int = 600, seed: int = 0) -> dict[str, Any]
             out[inp.name] = (vs, np.where(vs > 2 * n // 3, 0.1, 0.9 - 0.8 * np.exp(-vs / 60)))
         elif inp.name == "pred_top_share":
             x = np.clip(0.2 + rng.normal(0, 0.02, n) + np.clip((t - n // 2) / 40, 0, 0.8), 0, 1)
+            x[min(n - 1, 7 * n // 8)] = np.nan
+            out[inp.name] = x
+        elif inp.name == "pred_spread":
+            x = np.minimum(1.0, 0.1 + t / 100) * np.exp(-5 * np.clip((t - n // 2) / 40, 0, 1) + rng.normal(0, 0.1, n))
+            x[min(n - 1, 5 * n // 8)] = 0.0
             x[min(n - 1, 7 * n // 8)] = np.nan
             out[inp.name] = x
         elif inp.name == "lr":

@@ -78,10 +78,10 @@ _MANIFEST = "manifest.json"
 #: the dense series of a curve (aligned with its steps; a curve's ``gaps`` name steps they were not measured)
 _DENSE: tuple[str, ...] = ("loss", "grad_norm", "lr", "update_ratio")
 #: the series a suite file may lack (written before they existed): they load empty
-_OPTIONAL_SERIES: tuple[str, ...] = ("val_metric", "pred_steps", "pred_top_share")
+_OPTIONAL_SERIES: tuple[str, ...] = ("val_metric", "pred_steps", "pred_top_share", "pred_spread")
 #: the signals :meth:`Curve.withheld` can take away (every signal a curve holds but the loss)
 WITHHOLDABLE: tuple[str, ...] = ("grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "activations",
-                                 "pred_top_share", "val_metric")
+                                 "pred_top_share", "pred_spread", "val_metric")
 _MIN_STEPS = 400
 _MAX_STEPS = 2000
 
@@ -126,7 +126,10 @@ class Curve:
             empty for MSE runs).
         pred_steps: Steps at which a batch's predictions were sampled (int64; same curves;
             the real-run builder samples every step's training batch).
-        pred_top_share: Share of the most-predicted class in that batch, at ``pred_steps``.
+        pred_top_share: Share of the most-predicted class in that batch, at ``pred_steps``
+            (classifiers; empty otherwise).
+        pred_spread: Spread of that batch's predictions, at ``pred_steps`` (regressions: the
+            standard deviation across the batch, averaged over the outputs; empty otherwise).
         gaps: ``{signal: bool array over steps}``, True where the dense signal (``loss``,
             ``grad_norm``, ``lr`` or ``update_ratio``) was not measured; signals measured at
             every step are absent. :meth:`signals` hands those steps to ``Monitor.scan`` as
@@ -156,6 +159,7 @@ class Curve:
     val_metric: np.ndarray = field(default_factory=lambda: np.zeros(0))
     pred_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     pred_top_share: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    pred_spread: np.ndarray = field(default_factory=lambda: np.zeros(0))
     gaps: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -176,8 +180,9 @@ class Curve:
             raise ValueError(f"dead_frac and saturation must have shape {shape}")
         if len(self.val_metric) not in (0, len(self.val_steps)):
             raise ValueError("val_metric must be empty or have one value per val_steps entry")
-        if self.pred_top_share.shape != self.pred_steps.shape:
-            raise ValueError("pred_top_share and pred_steps must have the same length")
+        for field_name in ("pred_top_share", "pred_spread"):
+            if len(getattr(self, field_name)) not in (0, len(self.pred_steps)) or getattr(self, field_name).ndim != 1:
+                raise ValueError(f"{field_name} must be empty or have one value per pred_steps entry")
         for key, mask in self.gaps.items():
             if key not in _DENSE or mask.shape != (n,) or mask.dtype != np.bool_:
                 raise ValueError(f"gaps[{key!r}] must be a bool array of shape ({n},) for one of {_DENSE}")
@@ -185,7 +190,7 @@ class Curve:
         for field_name in (
             "steps", "loss", "grad_norm", "lr", "update_ratio", "val_steps", "val_loss",
             "layer_grad_norms", "act_steps", "dead_frac", "saturation", "val_metric", "pred_steps",
-            "pred_top_share",
+            "pred_top_share", "pred_spread",
         ):
             getattr(self, field_name).setflags(write=False)
 
@@ -201,8 +206,8 @@ class Curve:
             ``{"step", "loss", "grad_norm", "lr", "update_ratio", "val_loss": (steps, values),
             "layer_grad_norms": {layer: norms}, "activations": (steps, {layer: {"dead_frac":
             ..., "saturation": ...}})}`` (the per-layer ones where the curve has layers), and
-            ``"val_metric"``, ``"pred_top_share"`` as ``(steps, values)`` pairs where the curve
-            has them.
+            ``"val_metric"``, ``"pred_top_share"``, ``"pred_spread"`` as ``(steps, values)`` pairs
+            where the curve has them.
         """
         extra: dict[str, Any] = {}
         if self.layer_names:
@@ -215,6 +220,8 @@ class Curve:
             extra["val_metric"] = (self.val_steps, self.val_metric)
         if len(self.pred_top_share):
             extra["pred_top_share"] = (self.pred_steps, self.pred_top_share)
+        if len(self.pred_spread):
+            extra["pred_spread"] = (self.pred_steps, self.pred_spread)
         dense = {k: getattr(self, k) if k not in self.gaps else np.ma.MaskedArray(getattr(self, k), mask=self.gaps[k])
                  for k in _DENSE}
         return {
@@ -229,8 +236,8 @@ class Curve:
 
         A dense signal (``grad_norm``, ``lr``, ``update_ratio``) becomes a gap at every step
         (:attr:`gaps`); ``val_loss`` (with ``val_metric``), ``layer_grad_norms`` and
-        ``activations`` (``dead_frac`` and ``saturation``) become empty; ``pred_top_share`` and
-        ``val_metric`` (alone: the validation loss stays) too.
+        ``activations`` (``dead_frac`` and ``saturation``) become empty; ``pred_top_share``,
+        ``pred_spread`` and ``val_metric`` (alone: the validation loss stays) too.
         The label is kept: the failure happened whether or not it was measured.
 
         Raises:
@@ -260,8 +267,11 @@ class Curve:
                               dead_frac=np.zeros((0, 0)), saturation=np.zeros((0, 0)))
             elif name == "val_metric":
                 change.update(val_metric=np.zeros(0))
-            else:
-                change.update(pred_steps=np.zeros(0, dtype=np.int64), pred_top_share=np.zeros(0))
+            else:  # pred_top_share or pred_spread: the other one's steps stay
+                change[name] = np.zeros(0)
+                other = "pred_spread" if name == "pred_top_share" else "pred_top_share"
+                if not len(change.get(other, getattr(self, other))):
+                    change["pred_steps"] = np.zeros(0, dtype=np.int64)
         return dataclasses.replace(self, gaps=gaps, **change)
 
     def sampled(self, every: int) -> Curve:
@@ -1278,6 +1288,7 @@ def _schema() -> Any:
             ("val_metric", f32),
             ("pred_steps", pa.list_(pa.int32())),
             ("pred_top_share", f32),
+            ("pred_spread", f32),
         ],
         metadata={"format": FORMAT},
     )
@@ -1294,7 +1305,7 @@ def _cell(values: np.ndarray, gaps: np.ndarray | None) -> Any:
 
 def _check_f32(c: Curve) -> None:
     for field_name in ("loss", "grad_norm", "lr", "update_ratio", "val_loss", "layer_grad_norms", "dead_frac", "saturation",
-                       "val_metric", "pred_top_share"):
+                       "val_metric", "pred_top_share", "pred_spread"):
         a = getattr(c, field_name)
         if not np.array_equal(a.astype(np.float32).astype(np.float64), a, equal_nan=True):
             raise ValueError(f"{c.name}: {field_name} holds values that are not float32 numbers; cannot store exactly")
@@ -1305,8 +1316,8 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
 
     Each ``{kind}.arrow`` holds one row per curve; series are list columns (float32 values,
     exactly the curve's values), per-layer series are lists of per-layer lists (column
-    major). ``val_metric``, ``pred_steps`` and ``pred_top_share`` are lists too (empty where
-    not measured); files written before they existed lack these three columns, and
+    major). ``val_metric``, ``pred_steps``, ``pred_top_share`` and ``pred_spread`` are lists too
+    (empty where not measured); files written before they existed lack these columns, and
     :func:`load_suite` reads their curves with them empty. ``manifest.json`` lists every curve
     in order with its label and file.
 
@@ -1343,6 +1354,7 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
             cols["val_metric"].append(c.val_metric.astype(np.float32))
             cols["pred_steps"].append(c.pred_steps.astype(np.int32))
             cols["pred_top_share"].append(c.pred_top_share.astype(np.float32))
+            cols["pred_spread"].append(c.pred_spread.astype(np.float32))
             cols["act_steps"].append(c.act_steps.astype(np.int32))
             cols["layer_names"].append(list(c.layer_names))
             cols["act_layer_names"].append(list(c.act_layer_names))
@@ -1453,6 +1465,7 @@ def _read_file(path: Path) -> dict[str, Curve]:
             val_metric=one("val_metric"),
             pred_steps=one("pred_steps", np.int64),
             pred_top_share=one("pred_top_share"),
+            pred_spread=one("pred_spread"),
             layer_names=tuple(cols["layer_names"][i]),
             layer_grad_norms=two("layer_grad_norms", n),
             act_steps=act_steps,

@@ -254,6 +254,15 @@ def top_share(out: Any) -> Any:
     return pred_top_share(out.detach())
 
 
+def spread(out: Any) -> Any:
+    """The spread of a regression's outputs ``out`` across the batch: ``pred_spread``, as the torch
+    adapter measures it, a 0-d tensor taken without gradients.
+    """
+    from trainsignals.adapters.torch import pred_spread
+
+    return pred_spread(out.detach())
+
+
 def accuracy(out: Any, y: Any, torch: Any) -> Any:
     """The share of the outputs ``out`` whose most likely class is the true class ``y``
     (``val_metric``), a 0-d tensor taken without gradients.
@@ -287,7 +296,7 @@ def train_step(kit: StepKit, spec: Any, model: Any, opt: Any, data: Any, t: int,
     (corrupted by the fault); forward, backward, clipping (the watcher takes the norms before it),
     the optimizer's step (none for a frozen optimizer's fault); a validation every
     ``spec.val_every`` steps; the watcher's record of the loss, the validation and, for a
-    classifier, its answers. Returns the loss.
+    classifier, its answers (for a regression, the spread of its predictions). Returns the loss.
     """
     lr = spec.lr * kit.lr_factor(spec, t) * (fault_lr_factor(spec, t, mult) if fault else 1.0)
     for group in opt.param_groups:
@@ -318,9 +327,10 @@ def train_step(kit: StepKit, spec: Any, model: Any, opt: Any, data: Any, t: int,
         model.train()
         if not data.regression:
             acc = accuracy(out_val, data.y_val, torch)
-    if watcher is not None:  # a classifier's answers: the top share of this batch, the validation accuracy
-        share = None if data.regression else top_share(out)
-        watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share)
+    if watcher is not None:  # a classifier's answers (the top share of this batch, the validation accuracy),
+        # a regression's spread of this batch's predictions
+        share, spr = (None, spread(out)) if data.regression else (top_share(out), None)
+        watcher.update(loss=loss.detach(), val_loss=val, val_metric=acc, pred_top_share=share, pred_spread=spr)
     return float(loss.detach())
 
 
@@ -359,8 +369,10 @@ def to_curve(spec: RunSpec, rows: list[tuple[int, dict[str, float], Any, Any]], 
     val_loss = _f32([r[1]["val_loss"] for r in rows if "val_loss" in r[1]])
     val_metric = _f32([r[1]["val_metric"] for r in rows if "val_loss" in r[1]]
                       if all("val_metric" in r[1] for r in rows if "val_loss" in r[1]) else [])
-    pred_steps = np.array([r[0] for r in rows if "pred_top_share" in r[1]], dtype=np.int64)
-    pred_top_share = _f32([r[1]["pred_top_share"] for r in rows if "pred_top_share" in r[1]])
+    pred_rows = [r for r in rows if "pred_top_share" in r[1] or "pred_spread" in r[1]]
+    pred_steps = np.array([r[0] for r in pred_rows], dtype=np.int64)
+    pred_top_share = _f32([r[1]["pred_top_share"] for r in pred_rows if "pred_top_share" in r[1]])
+    pred_spread = _f32([r[1]["pred_spread"] for r in pred_rows if "pred_spread" in r[1]])
     act_rows = [(r[0], r[3]) for r in rows if r[3] is not None]
     act_names: tuple[str, ...] = tuple(act_rows[0][1][1]) if act_rows else ()
     act_steps = np.array([s for s, _ in act_rows], dtype=np.int64)
@@ -373,7 +385,7 @@ def to_curve(spec: RunSpec, rows: list[tuple[int, dict[str, float], Any, Any]], 
         name=spec.name, kind=spec.kind, onset_step=spec.onset, difficulty=spec.family, seed=spec.seed,
         total_steps=n, steps=np.arange(n, dtype=np.int64), loss=loss, grad_norm=grad, lr=dense("lr"),
         update_ratio=dense("update_ratio"), val_steps=val_steps, val_loss=val_loss, val_metric=val_metric,
-        pred_steps=pred_steps, pred_top_share=pred_top_share,
+        pred_steps=pred_steps, pred_top_share=pred_top_share, pred_spread=pred_spread,
         layer_names=layer_names, layer_grad_norms=_f32(lgn), act_steps=act_steps,
         act_layer_names=act_names, dead_frac=_f32(dead), saturation=_f32(sat),
         first_nonfinite_step=int(np.argmax(bad)) if bad.any() else -1, gaps=gaps,

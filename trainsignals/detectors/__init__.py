@@ -33,6 +33,7 @@ from .sharp_turn_overfitting import SharpTurnOverfitting
 from .signed_lost_progress import SignedLostProgress
 from .signed_z_spike import SignedZSpike
 from .simple import NonFinite
+from .spread_collapse import SpreadCollapse
 from .swing_ratio_eos import SwingRatioEdgeOfStability
 from .top_share_collapse import TopShareCollapse
 from .trend_divergence import TrendDivergence
@@ -72,6 +73,7 @@ __all__ = [
     "SharpTurnOverfitting",
     "SignedLostProgress",
     "SignedZSpike",
+    "SpreadCollapse",
     "TopShareCollapse",
     "UpdateGapStall",
     "UpdateRatioAboveBand",

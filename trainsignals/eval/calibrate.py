@@ -558,14 +558,19 @@ def write_calibration(rows: Sequence[Calibrated], path: str | Path = CALIBRATION
                       update: bool = False) -> Path:
     """Write calibrated values as the JSON file the default suite reads.
 
-    With ``update``, the file's other entries are kept and only ``rows``' entries replaced.
+    With ``update``, the file's other entries (their held-out rates too) are kept and only
+    ``rows``' entries replaced; a replaced entry has no held-out rate until ``--heldout-rates``
+    measures it again.
     """
     path = Path(path)
-    entries = json.loads(path.read_text())["entries"] if update and path.exists() else {}
-    entries.update({r.name: {**asdict(r), "per_10k": r.per_10k} for r in rows})
+    old = json.loads(path.read_text()) if update and path.exists() else {"entries": {}}
+    entries = old["entries"]
+    entries.update({r.name: {**asdict(r), "per_10k": r.per_10k} for r in rows})  # a new value: no held-out rate yet
     doc = {"budget_per_10k": rows[0].budget_per_10k if rows else BUDGET_PER_10K,
            "tuning_suites": list(TUNING_SUITES),
            "entries": entries}
+    if "heldout_suites" in old:  # the other entries keep theirs
+        doc["heldout_suites"] = old["heldout_suites"]
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return path
 

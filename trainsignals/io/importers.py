@@ -41,7 +41,7 @@ guide ``docs/guides/importing-logs.md``.
 ``*`` is a wildcard; wildcards never match ``*-momentum`` or ``*-weight_decay``, which Lightning's
 ``LearningRateMonitor`` logs beside the learning rate). Every mapping is overridable with
 ``mapping={"loss": "my_loss_col", "lr": None}`` (None: do not import that signal); an unknown
-signal name is a ``ValueError``. ``val_metric`` and ``pred_top_share`` have no default names: a
+signal name is a ``ValueError``. ``val_metric``, ``pred_top_share`` and ``pred_spread`` have no default names: a
 metric's direction is not in its name (set ``Monitor(val_metric_mode=...)``), so map one
 explicitly, e.g. ``mapping={"val_metric": "eval_accuracy"}``; unmapped, such columns stay in
 ``extra``.

@@ -8,7 +8,7 @@ column                    type                                meaning
 ========================  ==================================  ===================================
 ``step``                  int64, not null                     the step
 ``wall_time``             float64                             ``time.time()`` when recorded
-``loss`` ... ``pred_top_share``  float64                      null: not measured at this step;
+``loss`` ... ``pred_spread``     float64                      null: not measured at this step;
                                                               NaN/±inf: measured, non-finite
 ``layer_grad_norms``      list<float64>                       in the order of ``layer_names``
 ``layer_update_ratios``   list<float64>                       per-layer ``‖Δw‖/‖w‖``, in the order
@@ -19,7 +19,7 @@ column                    type                                meaning
 ========================  ==================================  ===================================
 
 The scalar columns are ``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``val_loss``,
-``val_metric`` and ``pred_top_share`` (the signals of :data:`trainsignals.SIGNALS`). The
+``val_metric``, ``pred_top_share`` and ``pred_spread`` (the signals of :data:`trainsignals.SIGNALS`). The
 schema metadata holds ``trainsignals.format`` (``trace``), ``trainsignals.format_version``,
 ``trainsignals.version``, ``trainsignals.metadata`` (JSON of the run's metadata) and the layer
 names (``trainsignals.layer_names``, ``trainsignals.act_layer_names``, JSON lists).
@@ -28,8 +28,8 @@ names (``trainsignals.layer_names``, ``trainsignals.act_layer_names``, JSON list
 over the same layers); a writer given either over other layers raises ``ValueError``. Traces
 written before ``layer_update_ratios`` existed have no such column: they read (``read_trace``
 adds it, all null) and replay as runs that never measured it. The column is an addition that
-older readers ignore, so the format version stays 1. The same holds for ``val_metric`` and
-``pred_top_share``.
+older readers ignore, so the format version stays 1. The same holds for ``val_metric``,
+``pred_top_share`` and ``pred_spread``.
 
 Write with :class:`TraceWriter` (``Monitor(recorder=TraceWriter(path))`` records every update
 and scan) or :func:`write_trace` (whole arrays); read with :func:`read_trace`, and replay with
@@ -83,7 +83,7 @@ SCALAR_COLUMNS = SCALAR_SIGNALS
 DENSE_SIGNALS = _DENSE
 LIST_COLUMNS = ("layer_grad_norms", "layer_update_ratios", "act_dead_frac", "act_saturation")
 LAYER_COLUMNS = ("layer_grad_norms", "layer_update_ratios")  # per-layer signals over ``layer_names``
-_OPTIONAL_COLUMNS = ("layer_update_ratios", "val_metric", "pred_top_share")  # columns older traces lack
+_OPTIONAL_COLUMNS = ("layer_update_ratios", "val_metric", "pred_top_share", "pred_spread")  # columns older traces lack
 _SPARSE_COLUMNS = ("val_loss", "val_metric")  # scalar columns with their own cadence
 ACT_STATS = ("dead_frac", "saturation")
 _ALL_ACT_STATS = ("dead_frac", "saturation", "mean", "var", "min", "max")
@@ -688,6 +688,7 @@ class TraceWriter:
         self._b_val: list[float | None] = []
         self._b_metric: list[float | None] = []
         self._b_share: list[float | None] = []
+        self._b_spread: list[float | None] = []
         self._b_lpos: list[int] = []  # rows with layer grad norms; their values in _b_lbuf[:k]
         self._b_rpos: list[int] = []  # rows with layer update ratios; their values in _b_rbuf[:k]
         self._b_apos: list[int] = []  # rows with activation statistics; values in _b_abuf[:k]
@@ -883,6 +884,7 @@ class TraceWriter:
         self._b_val.append(get("val_loss"))
         self._b_metric.append(get("val_metric"))
         self._b_share.append(get("pred_top_share"))
+        self._b_spread.append(get("pred_spread"))
         if events:
             self._b_events.append((row, tuple(events)))
         if row + 1 >= self.flush_every:
@@ -904,6 +906,7 @@ class TraceWriter:
         layer_update_ratios: Any = None,
         val_metric: Any = None,
         pred_top_share: Any = None,
+        pred_spread: Any = None,
     ) -> None:
         """Record one row by hand (the signals measured at ``step``; None: not measured).
 
@@ -923,6 +926,7 @@ class TraceWriter:
                 the trace's layer order; the layers of ``layer_grad_norms``.
             val_metric: A validation metric (accuracy, ...).
             pred_top_share: Share of the most-predicted class in a sampled batch, in [0, 1].
+            pred_spread: Spread of a sampled batch's predictions (a regression's), >= 0.
 
         Raises:
             TypeError: a signal is not a number (the message names it).
@@ -945,6 +949,8 @@ class TraceWriter:
             val_metric = scalar("val_metric", val_metric)
         if pred_top_share is not None:
             pred_top_share = scalar("pred_top_share", pred_top_share)
+        if pred_spread is not None:
+            pred_spread = scalar("pred_spread", pred_spread)
         lg = lr_ = None
         gspec: tuple[tuple[str, ...] | None, int] | None = None  # (names or None, width) to check
         rspec: tuple[tuple[str, ...] | None, int] | None = None
@@ -1000,6 +1006,7 @@ class TraceWriter:
         self._b_val.append(val_loss)
         self._b_metric.append(val_metric)
         self._b_share.append(pred_top_share)
+        self._b_spread.append(pred_spread)
         if evs:
             self._b_events.append((row, evs))
         if row + 1 >= self.flush_every:
@@ -1192,7 +1199,7 @@ class TraceWriter:
         m = len(self._b_step)
         cols: list[pa.Array] = [pa.array(self._b_step, type=pa.int64()), pa.array(self._b_wall, type=pa.float64())]
         for col in (self._b_loss, self._b_grad, self._b_lr, self._b_ratio, self._b_val, self._b_metric,
-                    self._b_share):  # SCALAR_COLUMNS order
+                    self._b_share, self._b_spread):  # SCALAR_COLUMNS order
             cols.append(pa.array(col, type=pa.float64()))
         for pos, lbuf in ((self._b_lpos, self._b_lbuf), (self._b_rpos, self._b_rbuf)):  # LAYER_COLUMNS order
             k = len(pos)
@@ -1274,6 +1281,7 @@ def write_trace(
     layer_update_ratios: Any = None,
     val_metric: Any = None,
     pred_top_share: Any = None,
+    pred_spread: Any = None,
 ) -> int:
     """Write a whole run at once (importers, ``trainsignals convert``); the keywords of ``Monitor.scan``.
 
@@ -1308,6 +1316,8 @@ def write_trace(
         val_metric: A validation metric, aligned with ``step`` or ``(steps, values)``.
         pred_top_share: Share of the most-predicted class, aligned with ``step`` or
             ``(steps, values)``.
+        pred_spread: Spread of a regression's predictions, aligned with ``step`` or
+            ``(steps, values)``.
 
     Returns:
         The number of rows written (the steps of ``step`` plus those only a sparse signal or
@@ -1340,7 +1350,7 @@ def write_trace(
                          events=events, wall_time=wall_time, metadata=metadata, layer_names=layer_names,
                          act_layer_names=act_layer_names, flush_every=flush_every,
                          layer_update_ratios=layer_update_ratios, val_metric=val_metric,
-                         pred_top_share=pred_top_share)
+                         pred_top_share=pred_top_share, pred_spread=pred_spread)
         os.replace(tmp, final)  # all or nothing: a failed import leaves no half-written trace
     except BaseException:
         try:
@@ -1355,7 +1365,7 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
                  layer_grad_norms: Any, activations: Any, events: Iterable[Event | Mapping[str, Any]],
                  wall_time: Any, metadata: Mapping[str, Any] | None, layer_names: Sequence[str] | None,
                  act_layer_names: Sequence[str] | None, flush_every: int, layer_update_ratios: Any,
-                 val_metric: Any = None, pred_top_share: Any = None) -> int:
+                 val_metric: Any = None, pred_top_share: Any = None, pred_spread: Any = None) -> int:
     with TraceWriter(path, metadata=metadata, flush_every=flush_every, layer_names=layer_names,
                      act_layer_names=act_layer_names) as w:
         st = _steps_input("step", step)
@@ -1363,10 +1373,11 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
         aligned: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for name, v in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr), ("update_ratio", update_ratio),
-                        ("val_loss", val_loss), ("val_metric", val_metric), ("pred_top_share", pred_top_share)):
+                        ("val_loss", val_loss), ("val_metric", val_metric), ("pred_top_share", pred_top_share),
+                        ("pred_spread", pred_spread)):
             if v is None:
                 continue
-            if name in ("val_loss", "val_metric", "pred_top_share") and _is_pair(v):
+            if name in ("val_loss", "val_metric", "pred_top_share", "pred_spread") and _is_pair(v):
                 vst = _steps_input(f"{name} steps", v[0])
                 vv, vvalid = _column_input(name, v[1])
                 if len(vv) != len(vst):
@@ -1666,7 +1677,7 @@ def trace_signals(table: pa.Table | str | os.PathLike[str]) -> dict[str, Any]:
     """The keyword arguments of ``Monitor.scan`` that replay a trace.
 
     ``step`` is an int64 array; the dense signals (``loss``, ``grad_norm``, ``lr``,
-    ``update_ratio``, ``pred_top_share``) are pyarrow arrays keeping their nulls (null: not
+    ``update_ratio``, ``pred_top_share``, ``pred_spread``) are pyarrow arrays keeping their nulls (null: not
     measured at that step; NaN: measured non-finite); ``val_loss`` and ``val_metric`` are
     ``(steps, values)`` of their measured rows;
     ``layer_grad_norms`` and ``layer_update_ratios`` are ``(steps, {name: array})`` and ``activations`` is
