@@ -389,16 +389,19 @@ def write_heldout_rates(rates: Mapping[str, Mapping[str, int]], suites: Sequence
                         path: str | Path = CALIBRATION_FILE) -> Path:
     """Add held-out rates (:func:`heldout_rates`) to the calibration file's entries; nothing else changes.
 
-    Each entry gains ``"heldout"`` (its alarms, runs alarmed, runs and steps) and the file
-    ``"heldout_suites"`` (the folder names measured). The default suite gives each detector
-    its rate (``heldout_rate``), and the Monitor each event.
+    Each entry gains ``"heldout"`` (its alarms, runs alarmed, runs and steps, and the folder
+    names measured: ``"suites"``) and the file ``"heldout_suites"``, every folder any entry was
+    measured on. The default suite gives each detector its rate (``heldout_rate``), and the
+    Monitor each event.
     """
     path = Path(path)
     doc = json.loads(path.read_text())
+    names = [_suite_name(s) for s in suites]
     for n, row in rates.items():
         if n in doc["entries"]:
-            doc["entries"][n]["heldout"] = dict(row)
-    doc["heldout_suites"] = [_suite_name(s) for s in suites]
+            doc["entries"][n]["heldout"] = {**row, "suites": names}
+    everywhere = list(doc.get("heldout_suites", []))
+    doc["heldout_suites"] = everywhere + [s for s in names if s not in everywhere]
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return path
 
