@@ -21,7 +21,9 @@ optimizer when ``fit`` starts and removes its hooks when ``fit`` ends (or fails)
   (``{"loss": loss, "logits": logits}``), it feeds the share of the most-predicted class
   (:func:`~trainsignals.adapters.torch.pred_top_share`, on the device, in the step's one
   transfer) as ``pred_top_share``: predictions collapsing onto one class while the loss falls
-  are a silent collapse;
+  are a silent collapse; a regression's predictions under ``preds_key`` (``{"loss": loss,
+  "preds": preds}``) feed their spread (:func:`~trainsignals.adapters.torch.pred_spread`) as
+  ``pred_spread``, its form of the same;
 * it **logs** the signals and cumulative event counts through every logger of the trainer
   (``logger.log_metrics``): ``trainsignals/loss``, ``trainsignals/grad_norm``,
   ``trainsignals/lr``, ``trainsignals/update_ratio`` (on the steps it is measured), and
@@ -96,7 +98,7 @@ from torch import nn
 
 import trainsignals as ts
 from trainsignals import TrainingFailure, check_kinds
-from trainsignals.adapters.torch import TorchWatcher, check_watcher_options, pred_top_share
+from trainsignals.adapters.torch import TorchWatcher, check_watcher_options, pred_spread, pred_top_share
 from trainsignals.signals import DENSE_SIGNALS
 
 __all__ = ["TrainSignalsCallback", "TrainingFailure"]
@@ -157,6 +159,8 @@ class TrainSignalsCallback(Callback):
             tensor is the loss itself).
         logits_key: where the batch's logits (classes along the last dimension) are in
             ``training_step``'s returned dict, fed as ``pred_top_share``; None feeds none.
+        preds_key: where a regression's predictions (the batch along the first dimension) are
+            in ``training_step``'s returned dict, fed as ``pred_spread``; None feeds none.
         score_metric: the ``trainer.callback_metrics`` key fed as ``val_metric`` when
             validation ends (an accuracy, ...); None (default) feeds none.
         optimizer_index: which of the trainer's optimizers to watch; required when there are
@@ -195,6 +199,7 @@ class TrainSignalsCallback(Callback):
         val_metric: str | None = "val_loss",
         loss_key: str = "loss",
         logits_key: str | None = "logits",
+        preds_key: str | None = "preds",
         score_metric: str | None = None,
         optimizer_index: int | None = None,
         log_every_n_steps: int | None = None,
@@ -219,7 +224,7 @@ class TrainSignalsCallback(Callback):
             raise ValueError(f"val_metric must be a metric name or None, got {val_metric!r}")
         if not isinstance(loss_key, str) or not loss_key:
             raise ValueError(f"loss_key must be a non-empty string, got {loss_key!r}")
-        for name, key in (("logits_key", logits_key), ("score_metric", score_metric)):
+        for name, key in (("logits_key", logits_key), ("preds_key", preds_key), ("score_metric", score_metric)):
             if key is not None and (not isinstance(key, str) or not key):
                 raise ValueError(f"{name} must be a non-empty string or None, got {key!r}")
         if prefix is not None and not isinstance(prefix, str):
@@ -232,6 +237,7 @@ class TrainSignalsCallback(Callback):
         self.val_metric = val_metric
         self.loss_key = loss_key
         self.logits_key = logits_key
+        self.preds_key = preds_key
         self.score_metric = score_metric
         self.optimizer_index = optimizer_index
         self.log_every_n_steps = log_every_n_steps
@@ -253,6 +259,7 @@ class TrainSignalsCallback(Callback):
         self._loss_sum: torch.Tensor | float | None = None
         self._loss_n = 0
         self._share: torch.Tensor | None = None  # the latest micro-batch's pred_top_share
+        self._spread: torch.Tensor | None = None  # and pred_spread
         self._warned_val = False
 
     @property
@@ -408,6 +415,9 @@ class TrainSignalsCallback(Callback):
         logits = outputs.get(self.logits_key) if self.logits_key and isinstance(outputs, Mapping) else None
         if isinstance(logits, torch.Tensor) and logits.is_floating_point() and logits.dim() >= 2:
             self._share = pred_top_share(logits)
+        preds = outputs.get(self.preds_key) if self.preds_key and isinstance(outputs, Mapping) else None
+        if isinstance(preds, torch.Tensor) and preds.is_floating_point() and preds.dim() >= 1 and len(preds) >= 2:
+            self._spread = pred_spread(preds)
         if self._opt_steps == 0:
             return                                # accumulating: no optimizer step in this batch
         step = trainer.global_step - 1 + self._offset
@@ -418,8 +428,8 @@ class TrainSignalsCallback(Callback):
             mean = self._loss_sum * (scale / self._loss_n)
         self._opt_steps = 0
         self._loss_sum, self._loss_n = None, 0
-        share, self._share = self._share, None
-        events = self.watcher.update(loss=mean, step=step, pred_top_share=share)
+        (share, spread), self._share, self._spread = (self._share, self._spread), None, None
+        events = self.watcher.update(loss=mean, step=step, pred_top_share=share, pred_spread=spread)
         self._last_step = step
         handled = not self.watcher.should_stop    # critical events a rollback took care of
         # with sync_every > 1 the step may still be held on the device: its signals come later

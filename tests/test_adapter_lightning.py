@@ -526,7 +526,26 @@ def test_returned_logits_feed_pred_top_share_and_a_score_feeds_val_metric() -> N
     assert all("val_loss" in r for _, r in spy.rows if "val_metric" in r)
 
 
+class PredsRegression(DigitsMLP):
+    """A regression of the digit's value that returns its predictions beside the loss."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        preds = self.net(x)[:, 0]
+        return {"loss": F.mse_loss(preds, y.float()), "preds": preds}
+
+
+def test_returned_predictions_feed_pred_spread() -> None:
+    spy = Spy()
+    cb = TrainSignalsCallback(ts.Monitor(recorder=spy), verbose=0)
+    fit(PredsRegression(0), [cb], steps=20)
+    spreads = [r["pred_spread"] for _, r in spy.rows if "pred_spread" in r]
+    assert len(spreads) == 20 and all(v > 0.0 for v in spreads)
+    assert not any("pred_top_share" in r for _, r in spy.rows)
+
+
 @pytest.mark.parametrize(("kwargs", "name"), [
+    ({"preds_key": ""}, "preds_key"),
     ({"on_critical": "halt"}, "on_critical"),
     ({"also_stop_on": ("overfit",)}, "also_stop_on"),
     ({"verbose": 3}, "verbose"),
