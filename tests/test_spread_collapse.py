@@ -154,3 +154,21 @@ def test_the_adapters_measure_the_spread():
     assert to_monitor_kwargs({"loss": 1.0, "pred_spread": jax_spread(jnp.ones((4, 2)))})["pred_spread"] == 0.0
     with pytest.raises(ValueError, match="at least 2"):
         jax_spread(jnp.ones((1, 3)))
+
+
+def test_a_curve_holds_a_regressions_spread_at_its_prediction_steps():
+    import dataclasses
+
+    from trainsignals.curves import generate
+
+    c = generate("healthy", seed=9950)
+    assert len(c.pred_steps), "the synthetic healthy curves sample their answers"
+    spread = np.linspace(0.1, 1.0, len(c.pred_steps))
+    reg = dataclasses.replace(c, pred_top_share=np.zeros(0), pred_spread=spread)
+    got = reg.signals()["pred_spread"]
+    assert np.array_equal(got[0], c.pred_steps) and np.array_equal(got[1], spread) and "pred_top_share" not in reg.signals()
+    assert "pred_spread" not in reg.withheld("pred_spread").signals() and not len(reg.withheld("pred_spread").pred_steps)
+    with pytest.raises(ValueError, match="pred_spread"):
+        dataclasses.replace(c, pred_spread=spread[:-1])
+    with pytest.raises(ValueError, match="pred_steps"):
+        dataclasses.replace(c, pred_top_share=np.zeros(0))

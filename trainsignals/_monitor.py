@@ -274,9 +274,9 @@ class Monitor:
         self._plans: dict[int, tuple[tuple[str, ...], Any]] = {}
         # each calibrated rule's healthy-run rates (tuning, held-out), by the (detector, signal) its events carry
         keys = [(type(d).__name__, d.inputs[0].name if d.inputs else "") for d in self._suite.values()]
-        self._rates = {k: (getattr(d, "healthy_rate", None), getattr(d, "heldout_rate", None))
-                       for k, d in zip(keys, self._suite.values(), strict=True) if keys.count(k) == 1
-                       and (getattr(d, "healthy_rate", None) is not None or getattr(d, "heldout_rate", None) is not None)}
+        rates = ((k, (getattr(d, "healthy_rate", None), getattr(d, "heldout_rate", None)))
+                 for k, d in zip(keys, self._suite.values(), strict=True))
+        self._rates = {k: r for k, r in rates if keys.count(k) == 1 and r != (None, None)}
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
 

@@ -183,6 +183,8 @@ class Curve:
         for field_name in ("pred_top_share", "pred_spread"):
             if len(getattr(self, field_name)) not in (0, len(self.pred_steps)) or getattr(self, field_name).ndim != 1:
                 raise ValueError(f"{field_name} must be empty or have one value per pred_steps entry")
+        if len(self.pred_steps) and not (len(self.pred_top_share) or len(self.pred_spread)):
+            raise ValueError("pred_steps needs pred_top_share or pred_spread at those steps")
         for key, mask in self.gaps.items():
             if key not in _DENSE or mask.shape != (n,) or mask.dtype != np.bool_:
                 raise ValueError(f"gaps[{key!r}] must be a bool array of shape ({n},) for one of {_DENSE}")

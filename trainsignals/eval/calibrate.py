@@ -321,6 +321,25 @@ def calibrate(curves: Sequence[Any] | None = None, names: Sequence[str] | None =
     return [_capped(r, healthy) for r in rows] if ceiling else rows
 
 
+def _knob_entries(names: Sequence[str] | None) -> list[tuple[str, Any, Any]]:
+    """``(entry, detector, knob)`` of each default-suite entry in ``names`` (all by default) that has a knob."""
+    from trainsignals.suite import SUITE_NAMES, default_suite
+
+    suite = default_suite(calibrated=False)
+    return [(n, suite[n], suite[n].knob) for n in (SUITE_NAMES if names is None else names)
+            if getattr(suite[n], "knob", None) is not None]
+
+
+def _total_alarms(name: str, settings: Mapping[str, Any], healthy: Sequence[Any]) -> tuple[int, int, int, int]:
+    """Alarms, runs alarmed, steps and runs of entry ``name`` with ``settings`` over the ``healthy`` runs
+    that carry its signals (all 0 when none does).
+    """
+    inputs = _inputs_of(name, healthy)
+    per = healthy_alarms(name, settings, healthy, inputs) if inputs else {}
+    a, r, s = (sum(x) for x in zip(*per.values(), strict=True)) if per else (0, 0, 0)
+    return a, r, s, len(inputs)
+
+
 def measure(curves: Sequence[Any] | None = None, names: Sequence[str] | None = None,
             budget_per_10k: float = BUDGET_PER_10K) -> list[Calibrated]:
     """Each knob's alarms on the tuning healthy runs at its class default (nothing is changed).
@@ -328,22 +347,12 @@ def measure(curves: Sequence[Any] | None = None, names: Sequence[str] | None = N
     What the shipped ``calibration.json`` holds today (``limit="measured"``): the default
     suite keeps its defaults and every event carries the measured rate of its rule.
     """
-    from trainsignals.suite import SUITE_NAMES, default_suite
-
     healthy = tuning_curves() if curves is None else healthy_runs(curves)
-    suite = default_suite(calibrated=False)
     rows = []
-    for n in (SUITE_NAMES if names is None else names):
-        det = suite[n]
-        knob = getattr(det, "knob", None)
-        if knob is None:
-            continue
-        inputs = _inputs_of(n, healthy)
-        value = getattr(det, knob.param)
-        per = healthy_alarms(n, {}, healthy, inputs) if inputs else {}
-        a, r, s = (sum(x) for x in zip(*per.values(), strict=True)) if per else (0, 0, 0)
-        rows.append(Calibrated(n, type(det).__name__, knob.param, value, a, r, s, budget_per_10k,
-                               "measured" if inputs else "no_data"))
+    for n, det, knob in _knob_entries(names):
+        a, r, s, runs = _total_alarms(n, {}, healthy)
+        rows.append(Calibrated(n, type(det).__name__, knob.param, getattr(det, knob.param), a, r, s, budget_per_10k,
+                               "measured" if runs else "no_data"))
     return rows
 
 
@@ -362,8 +371,6 @@ def heldout_rates(suites: Sequence[str], names: Sequence[str] | None = None) -> 
     Raises:
         ValueError: a tuning suite among ``suites`` (its runs chose the values: no held-out rate).
     """
-    from trainsignals.suite import SUITE_NAMES, default_suite
-
     from .bench import load_pooled
 
     tuning = [s for s in suites if _suite_name(s) in TUNING_SUITES]
@@ -371,17 +378,11 @@ def heldout_rates(suites: Sequence[str], names: Sequence[str] | None = None) -> 
         raise ValueError(f"suites: {tuning or 'none'}: held-out rates are measured on held-out suites only "
                          f"(the tuning suites {TUNING_SUITES} chose the values)")
     healthy = healthy_runs(load_pooled(list(suites)))
-    suite = default_suite()
+    shipped = settings_from_file(CALIBRATION_FILE)
     out = {}
-    for n in (SUITE_NAMES if names is None else names):
-        det = suite[n]
-        knob = getattr(det, "knob", None)
-        if knob is None:
-            continue
-        inputs = _inputs_of(n, healthy)
-        per = healthy_alarms(n, settings_from_file(CALIBRATION_FILE).get(n, {}), healthy, inputs) if inputs else {}
-        a, r, s = (sum(x) for x in zip(*per.values(), strict=True)) if per else (0, 0, 0)
-        out[n] = {"alarms": a, "runs_alarmed": r, "runs": len(inputs), "steps": s}
+    for n, _, _ in _knob_entries(names):
+        a, r, s, runs = _total_alarms(n, shipped.get(n, {}), healthy)
+        out[n] = {"alarms": a, "runs_alarmed": r, "runs": runs, "steps": s}
     return out
 
 
