@@ -234,3 +234,27 @@ def test_told_the_interval_a_grad_explosion_in_a_sparse_log_is_named_without_mor
     values = score(lambda total_steps=None: ts.Monitor(total_steps=total_steps, log_every=50), curves).to_dict()
     assert told["kinds"]["grad_explosion"]["rate"] >= values["kinds"]["grad_explosion"]["rate"] + 0.15
     assert told["healthy_alarm_rate"] <= values["healthy_alarm_rate"]
+
+
+@pytest.mark.parametrize("every", [1, 25, 1000])
+def test_a_lasting_climb_is_reported_again_only_on_values_the_last_report_did_not_use(every: int) -> None:
+    # a loss that falls, then climbs 6 % a row through noise for 400 rows, logged every `every` steps:
+    # after each report the window rules wait for their cooldown (100 steps) and for their window to pass,
+    # so a sparse log is not told of the same climb at every row, on nineteen twentieths of the same values
+    rng = np.random.default_rng(11)
+    n = 600
+    y = np.where(np.arange(n) < 200, -np.arange(n) / 200, -1.0 + 0.06 * (np.arange(n) - 200))
+    loss = np.exp(y + rng.normal(0, 0.005, n))
+    steps = np.arange(n) * every
+    for cls in (ts.TrendDivergence, ts.EarlyClimbDivergence):
+        det = cls()
+        events = det.scan(loss=loss, steps=steps)
+        assert events and all(e.kind.value == "divergence" for e in events)
+        assert events[0].onset_step >= 190 * every  # the climb, not the fall before it
+        span = (det.window if cls is ts.TrendDivergence else det.steps + 1) - 1  # the evidence window, in rows
+        gaps = np.diff([e.step for e in events])
+        assert len(gaps) and (gaps > max(det.cooldown, span * every)).all(), (cls.__name__, gaps)
+        assert len(events) <= 400 // span + 1  # a report every `every` steps before: 400 of them at every=1000
+        fresh = cls()
+        streamed = [e for i, x in enumerate(loss) for e in fresh.update(loss=float(x), step=int(steps[i]))]
+        assert [(e.step, e.onset_step) for e in streamed] == [(e.step, e.onset_step) for e in events]

@@ -117,3 +117,20 @@ def test_hf_files_with_other_keys():
     grpo = import_run(one_source("hf_dllm_grpo"))
     zeros = grpo.signals["loss"].compressed()
     assert np.sum((zeros == 0) & np.signbit(zeros)) > 100  # "loss": -0.0 kept as measured values
+
+
+def test_a_sparse_log_hears_of_one_climb_once_per_window():
+    # csv_ddpg_a logs a critic loss every 2,000 steps that grows for tens of rows (by design of the
+    # algorithm); the window rules' cooldown (100 steps) is under one row, so before their quiet lasted
+    # until their window had passed they reported the climb from step 2000 at every row, 25 times
+    tab = sources_table()
+    for name in ("csv_ddpg_a", "csv_oedometer_mlp", "pl_pinn_em_b", "tb_naf_dqn_rl"):
+        src = one_source(name)
+        mapping = None if import_run(src).measured_signals() else {"loss": tab[name][1]}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rep = replay_source(src, mapping=mapping)
+        windowed = [(e.detector, e.onset_step) for e in rep.events
+                    if e.detector in ("TrendDivergence", "EarlyClimbDivergence", "LjungBoxSawtooth",
+                                      "SwingRatioEdgeOfStability")]
+        assert windowed and len(windowed) == len(set(windowed)), (name, windowed)

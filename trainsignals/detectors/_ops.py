@@ -151,6 +151,19 @@ def before_first_negative(column: np.ndarray, i: int, j: int) -> int:
 NEVER = -(2**62)
 
 
+
+def quiet_after(step: int, cooldown: int, first: int) -> int:
+    """The last quiet step after an event at ``step`` whose evidence window began at step ``first``:
+    ``cooldown`` steps on, and never before the window has passed, so that a rule's next report rests
+    on values this one did not use. At one value a step a window is shorter than the cooldown; in a log
+    written every N steps the same window spans N times the steps, and a cooldown in steps alone would
+    let a lasting failure be reported again at every row, on the same values.
+
+    >>> quiet_after(500, 100, 481), quiet_after(500, 100, 0)   # a 20-value window, dense and every 25 steps
+    (600, 1000)
+    """
+    return step + max(cooldown, step - first)
+
 class _Shared(threading.local):
     """The computations one batch run shares between its detectors (per thread)."""
 

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._factors import times
-from ._ops import NEVER, column_log, first_unusable, log
+from ._ops import NEVER, column_log, first_unusable, log, quiet_after
 from ._trend import noise_levels, noise_step, noise_warming
 
 
@@ -33,8 +33,9 @@ class EarlyClimbDivergence(Detector):
     ``steps + 1`` values, before the first NaN.
 
     The event is a critical ``divergence``; ``onset_step`` is the first step of the rising run.
-    After an event the rule is quiet for ``cooldown`` steps (no other re-arm condition: a run
-    that keeps climbing after that is reported again). Non-positive and non-finite values are
+    After an event the rule is quiet for ``cooldown`` steps, and until the rising run has passed
+    (a log written every N steps: :func:`~trainsignals.detectors._ops.quiet_after`); no other
+    re-arm condition: a run that keeps climbing after that is reported again. Non-positive and non-finite values are
     skipped.
 
     **Rate**: ``early_climb`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its defaults
@@ -138,7 +139,7 @@ class EarlyClimbDivergence(Detector):
         return None
 
     def _event(self, step: int, total: float) -> Event:
-        self._cooldown_until = step + self.cooldown
+        self._cooldown_until = quiet_after(step, self.cooldown, self._sbuf[0])
         onset = self._sbuf[0]
         msg = (f"{self.signal} rose {self.steps} times in a row, {times(total)}x since step {onset}: "
                f"geometric growth")

@@ -15,7 +15,7 @@ from . import _swings as sw
 from ._base import Detector, Input, Knob
 from ._factors import exp_or_inf
 from ._learning import LEVEL_KEYS, LearningOnset
-from ._ops import column_log, first_unusable, first_usable, log
+from ._ops import column_log, first_unusable, first_usable, log, quiet_after
 
 _NAN = math.nan
 _VA, _VB, _BA, _BB = sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.BASE_ALPHA  # swing()'s weights
@@ -40,8 +40,8 @@ class LjungBoxSawtooth(LearningOnset, Detector):
     statistic of the residuals over lags 1..``window // 3`` (plus the grad norm's) exceeds the chi-square
     quantile at ``1 - pattern_p`` (degrees of freedom: the lags, twice with a grad norm). White noise, however
     loud, rarely passes (about 1 % at 32 values); a sawtooth correlates at its period. ``onset_step``: the
-    window's first step; no event in the first ``warmup`` values, nor for ``cooldown`` steps after one, nor
-    while the reference window predates the run's learning (:mod:`~trainsignals.detectors._learning`).
+    window's first step; no event in the first ``warmup`` values, nor for ``cooldown`` steps after one (and
+    until its window passed: ``_ops.quiet_after``), nor while the reference window predates the learning.
     **Rate**: ``sawtooth`` 0 alarms in 304,819 tuning healthy steps at its defaults (``calibration.json``;
     budget 0.5 per 10,000).
     **Held out**: ``sawtooth`` 4 alarms in 879,581 steps of 1,478 held-out healthy runs
@@ -156,7 +156,7 @@ class LjungBoxSawtooth(LearningOnset, Detector):
         ok, fl, fg = self._confirm(list(self._ys), list(self._gs))
         if not ok:
             return None
-        self._quiet_until = step + self.cooldown  # quiet for cooldown steps
+        self._quiet_until = quiet_after(step, self.cooldown, self._ss[0])  # cooldown steps, the window passed
         msg = (f"{self.signal} swings widely with no net progress: {100 * fl:.0f}% of the last {self.window} values"
                f" lie beyond {self.spread:g} usual deviations{f', and {100 * fg:.0f}% of the grad norms' * (fg > 0)}: sawtooth")
         return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal, fl,

@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
-from ._ops import column_log, first_unusable, first_usable, log
+from ._ops import column_log, first_unusable, first_usable, log, quiet_after
 from ._swings import SPAN, swing
 
 _NAN, _VA, _VB, _BA, _BB = math.nan, sw.VAR_ALPHA, 1.0 - sw.VAR_ALPHA, sw.BASE_ALPHA, 1.0 - sw.BASE_ALPHA  # swing()'s
@@ -27,8 +27,8 @@ class SwingRatioEdgeOfStability(Detector):
     swings wider or rises (a sharper region). With the last ``3 * window // 2`` log-losses (current window)
     against the first ``3 * window // 2`` of the last ``4 * window`` (reference), it fires on
 
-    * no net progress: the current median not below the reference's, the current window's line
-      moving by at most ``EFFICIENCY`` times its residuals' 10-90 % range;
+    * no net progress: the current median not below the reference's, the current window's line moving by at most
+      ``EFFICIENCY`` times its residuals' 10-90 % range;
     * a loss swinging ``shift`` times as wide in loss units: the ratio of the robust residual scales times ``exp``
       of the median's rise (a falling minibatch loss keeps its noise in loss units and this ratio near 1);
     * a grad norm (when known in both windows) whose residual scale or median moved ``grad_shift``x;
@@ -38,9 +38,9 @@ class SwingRatioEdgeOfStability(Detector):
 
     It is examined every ``STRIDE``-th value while *armed*: ``4 * window - 3 * window // 2`` values after the
     loss's local swing (EWMA of ``|y[t] - y[t-1]|``) tops ``shift_ratio`` times its baseline, and the grad
-    norm's too when known. An event disarms it. ``onset_step``: the current window's first step; no event in
-    the first ``warmup`` values, nor for ``cooldown`` steps after one. **Rate**: ``edge_of_stability`` 0
-    alarms in 304,819 tuning healthy steps, 15 in 879,581 held-out (budget 0.5 per 10,000).
+    norm's too when known. An event disarms it. ``onset_step``: the current window's first step; no event in the
+    first ``warmup`` values, nor for ``cooldown`` steps after one or before that window passed (``_ops.quiet_after``).
+    **Rate**: ``edge_of_stability`` 0 alarms in 304,819 tuning healthy steps, 15 in 879,581 held-out (budget 0.5 per 10,000).
 
     Args:
         window: the windows' unit, >= 8.
@@ -143,7 +143,7 @@ class SwingRatioEdgeOfStability(Detector):
                 list(self._ys)[-self._w2:], n + 1 - SPAN * self.window, self.shift):
             return None
         (rl, rg), w2 = got, 3 * self.window // 2
-        self._quiet_until, self._left = step + self.cooldown, 0
+        self._quiet_until, self._left = quiet_after(step, self.cooldown, self._ss[0]), 0
         msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over the "
                f"{w2} before the last {w2 + self.window}, with no net progress" + (f"; the grad norm moved {rg:.3g}x "
                "(its swing or its level)" if rg < math.inf else "") + ": step size at the edge of stability")

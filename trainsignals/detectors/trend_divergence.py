@@ -13,7 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._factors import expm1_or_inf, times
-from ._ops import NEVER, column_log, first_true, log, shifted
+from ._ops import NEVER, column_log, first_true, log, quiet_after, shifted
 from ._trend import PREFILTER_SLACK, batch_trend, noise_levels, noise_step, noise_warming, window_trend
 
 #: at the start of a run the trend is fitted once the window is this full (a half: SlopeDivergence's
@@ -34,8 +34,9 @@ class TrendDivergence(Detector):
     that recovers inflates the residuals and does not count.
 
     The event is a critical ``divergence``; ``onset_step`` is the window's lowest point. After
-    an event the rule is quiet for ``cooldown`` steps (no other re-arm condition: a loss still
-    climbing after that is reported again). Non-positive and non-finite values are skipped.
+    an event the rule is quiet for ``cooldown`` steps, and until its window has passed (a log written
+    every N steps: :func:`~trainsignals.detectors._ops.quiet_after`); no other re-arm condition: a
+    loss still climbing after that is reported again. Non-positive and non-finite values are skipped.
 
     **Rate**: ``trend_divergence`` 0 alarms in 304,819 steps of the tuning suites' healthy runs at its
     defaults (``calibration.json``; budget 0.5 per 10,000 steps).
@@ -126,7 +127,7 @@ class TrendDivergence(Detector):
         return None
 
     def _event(self, step: int, slope: float, t: float) -> Event:
-        self._cooldown_until = step + self.cooldown
+        self._cooldown_until = quiet_after(step, self.cooldown, self._sbuf[0])
         buf = self._buf
         lo = min(range(len(buf)), key=buf.__getitem__)
         onset = self._sbuf[lo]
