@@ -255,6 +255,8 @@ def test_a_lasting_climb_is_reported_again_only_on_values_the_last_report_did_no
         gaps = np.diff([e.step for e in events])
         assert len(gaps) and (gaps > max(det.cooldown, span * every)).all(), (cls.__name__, gaps)
         assert len(events) <= 400 // span + 1  # a report every `every` steps before: 400 of them at every=1000
+        if cls is ts.TrendDivergence:  # its fitted rate is per value: per step only at one value a step
+            assert ("% per step" in events[0].message) == (every == 1), events[0].message
         fresh = cls()
         streamed = [e for i, x in enumerate(loss) for e in fresh.update(loss=float(x), step=int(steps[i]))]
         assert [(e.step, e.onset_step) for e in streamed] == [(e.step, e.onset_step) for e in events]

@@ -191,7 +191,8 @@ class PlateauRule(Detector):
 
     def _what(self, gain: float, best: float, onset: int) -> str:
         """What the event says happened (the rule says why in ``because``)."""
-        return (f"{self.signal} has not improved by more than {factor(gain)} over {self.patience} values "
+        how = f"by more than {factor(gain)}" if gain > 0.0 else "at all"  # a best no lower than then: no gain
+        return (f"{self.signal} has not improved {how} over {self.patience} values "
                 f"(best {math.exp(best):.4g}, plateau since step {onset})")
 
     def _fire(self, step: int, best: float, delta: float, because: str) -> Event | None:

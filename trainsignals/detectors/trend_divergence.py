@@ -131,9 +131,10 @@ class TrendDivergence(Detector):
         buf = self._buf
         lo = min(range(len(buf)), key=buf.__getitem__)
         onset = self._sbuf[lo]
-        span = len(buf) - 1 - lo
-        msg = (f"{self.signal} trend turned upward at step {onset}: {times(buf[-1] - buf[lo])}x over "
-               f"{span} steps ({100 * expm1_or_inf(slope):.2g}% per step, t={t:.1f})")
+        span = len(buf) - 1 - lo  # a log written every N steps: the fit is per value, not per step
+        over, per = (f"{span} steps", "step") if step - onset == span else (f"{span} values, {step - onset} steps", "value")
+        msg = (f"{self.signal} trend turned upward at step {onset}: {times(buf[-1] - buf[lo])}x over {over} "
+               f"({100 * expm1_or_inf(slope):.2g}% per {per}, t={t:.1f})")
         return make_event(Kind.DIVERGENCE, "critical", step, onset, type(self).__name__, self.signal,
                           t, self.threshold, msg)
 
