@@ -260,3 +260,20 @@ def test_a_lasting_climb_is_reported_again_only_on_values_the_last_report_did_no
         fresh = cls()
         streamed = [e for i, x in enumerate(loss) for e in fresh.update(loss=float(x), step=int(steps[i]))]
         assert [(e.step, e.onset_step) for e in streamed] == [(e.step, e.onset_step) for e in events]
+
+
+@pytest.mark.parametrize("every", [1, 10, 500])
+def test_a_failed_state_lasts_at_least_eight_logged_values(every: int) -> None:
+    # recovery is 200 steps: at one value a step 200 values, in a log written every 500 steps less than one
+    # row, so a status band would show a sliver; it lasts max(200, 8 * every) steps, the same for replay
+    mon = ts.Monitor(log_every=every, warmup=0)
+    assert mon.recovery == 200 and mon.recovery_steps == max(200, 8 * every)
+    shown = []
+    for row in range(300):
+        step = row * every
+        told = [ts.make_event(ts.Kind.OSCILLATION, "warning", step, step, "Told", "loss", 1.0, 1.0, "swings")] \
+            if row == 10 else None
+        mon.update(step=step, events=told)  # no signal: only the finding told
+        shown.append(mon.status)
+    rows = -(-mon.recovery_steps // every)  # the rows within recovery_steps of the event's
+    assert shown == ["healthy"] * 10 + ["oscillating"] * rows + ["healthy"] * (290 - rows)

@@ -18,6 +18,7 @@ from ._recorder import Recorder
 from ._validate import check_choice, check_range, to_step
 from ._version import __version__
 from .detectors._base import Detector, _jsonable
+from .detectors._interval import MIN_VALUES
 from .detectors._ops import log as _log
 from .detectors._ops import nondecreasing, sharing
 from .policy import EventPolicy
@@ -158,7 +159,9 @@ class Monitor:
         warmup: values of loss before :attr:`status` leaves ``"warming_up"``.
         recovery: steps after its latest event that a failed state lasts (see :attr:`status`);
             keep it above the detectors' cooldowns (100 steps by default), since a detector
-            does not repeat an ongoing failure during its cooldown.
+            does not repeat an ongoing failure during its cooldown. With ``log_every`` N a
+            state lasts at least ``MIN_VALUES`` (8) logged values, ``8 * N`` steps
+            (:attr:`recovery_steps`): 200 steps are under one row of a log written every 500.
         min_patience: smallest stall patience derived from ``total_steps``.
         log_every: steps between the updates the Monitor will get, for a stream logged every N
             steps (replaying a log a trainer wrote every ``logging_steps``): the default
@@ -239,6 +242,8 @@ class Monitor:
         self.stop_on = stop_on
         self.warmup = warmup
         self.recovery = recovery
+        #: steps a failed state lasts after its latest event: ``recovery``, and at least MIN_VALUES logged values
+        self.recovery_steps = max(recovery, MIN_VALUES * log_every)
         self.min_patience = min_patience
         self.max_events = max_events
         self.val_metric_mode = val_metric_mode
@@ -379,13 +384,13 @@ class Monitor:
         ``warming_up`` until ``warmup`` loss values were seen. A failed state is entered by
         its events (``nonfinite``, ``divergence``, ``grad_explosion`` -> diverging;
         ``silent_collapse`` -> collapsed; ``oscillation`` -> oscillating; ``stall`` -> stalled)
-        and left once ``recovery``
+        and left once :attr:`recovery_steps` (``recovery``, at least 8 logged values)
         steps pass without another event of its kinds — except after a non-finite value,
         which keeps the run diverging until finite values return. The worst live state wins.
         """
         best, rank = "healthy", 0
         for state, last in self._last_state_step.items():
-            live = self._step - last < self.recovery or (state == "diverging" and self._nonfinite_open)
+            live = self._step - last < self.recovery_steps or (state == "diverging" and self._nonfinite_open)
             if live and RANK[state] > rank:
                 best, rank = state, RANK[state]
         if rank == 0 and self._n_loss < self.warmup:

@@ -392,7 +392,7 @@ class _Watch:
         steps = np.concatenate(self.step_parts) if self.step_parts else np.zeros(0, np.int64)
         loss = (np.concatenate([a for a, _ in self.loss_parts] or [steps[:0]]),
                 np.concatenate([b for _, b in self.loss_parts] or [np.zeros(0)]))
-        timeline = (status_timeline(self.events, steps, loss, warmup=mon.warmup, recovery=mon.recovery)
+        timeline = (status_timeline(self.events, steps, loss, warmup=mon.warmup, recovery=mon.recovery_steps)
                     if mon is not None and len(steps) else [])
         return Report(source=self.path, events=list(self.events), status_timeline=timeline,
                       final_status=mon.status if mon is not None else "warming_up",

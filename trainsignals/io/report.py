@@ -104,7 +104,7 @@ def status_timeline(
         loss: The loss, aligned with ``steps`` (NaN or inf where non-finite), or a
             ``(loss_steps, loss_values)`` pair holding only the steps where it was measured.
         warmup: Finite loss values before the run leaves ``warming_up`` (``Monitor.warmup``).
-        recovery: Steps a failed state lasts after its latest event (``Monitor.recovery``).
+        recovery: Steps a failed state lasts after its latest event (``Monitor.recovery_steps``).
 
     Returns:
         ``[(step, status), ...]``: the first reading, then one entry per change.
@@ -529,7 +529,7 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
                      f"span {gap}x as many steps")
     events: list[Event] = monitor.scan(**trace_signals(table)) if n else []
     timeline = status_timeline(events, steps, _measured(table, "loss"), warmup=monitor.warmup,
-                               recovery=monitor.recovery) if n else []
+                               recovery=monitor.recovery_steps) if n else []
     return Report(
         source=label,
         events=events,
