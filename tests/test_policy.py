@@ -128,3 +128,18 @@ def test_the_monitor_snapshot_carries_the_policy():
     assert ts.Monitor(policy=EventPolicy(escalate_after=4)).config()["policy"]["escalate_after"] == 4
     with pytest.raises(ValueError, match="policy"):
         ts.Monitor(policy=EventPolicy(escalate_after=4)).load_state_dict(first.state_dict())
+
+
+def test_a_sparse_log_gets_a_policy_whose_windows_cover_its_rows():
+    # three bad batches three rows apart in a log written every 500 steps: 1,500 steps, past the 200-step
+    # escalation window of one value a step, within the 8 rows (4,000 steps) the Monitor's policy covers there
+    assert ts.Monitor().policy.config() == EventPolicy().config()
+    mon = ts.Monitor(log_every=500)
+    assert mon.policy.config() == EventPolicy.for_interval(500).config()
+    spikes = [ev(s, Kind.LOSS_SPIKE, signal="loss") for s in (5_000, 6_500, 8_000)]
+    sparse = [kept for e in spikes for kept in mon.policy.apply([e], e.step, 1.0 + e.step / 1e4)]
+    assert [e.severity for e in sparse] == ["warning", "warning", "critical"]
+    dense = EventPolicy()
+    assert [kept.severity for e in spikes for kept in dense.apply([e], e.step, 1.0 + e.step / 1e4)] == ["warning"] * 3
+    with pytest.raises(ValueError, match="every"):
+        EventPolicy.for_interval(0)

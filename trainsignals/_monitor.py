@@ -175,8 +175,8 @@ class Monitor:
             :class:`~trainsignals.Recorder`.
         policy: what happens to the detectors' events across rules: one jump seen by two rules
             is one event, frequent spikes escalate to critical, and a grad-norm jump while the
-            loss has not risen stays a warning (see :class:`~trainsignals.EventPolicy`; the
-            default ``EventPolicy()`` when None).
+            loss has not risen stays a warning (see :class:`~trainsignals.EventPolicy`; when
+            None, ``EventPolicy.for_interval(log_every)``: ``EventPolicy()`` at one value a step).
         **settings: per-detector configuration, by suite name, e.g.
             ``loss_spike={"threshold": 8}``; ``name=False`` disables a detector. Suite names:
             :data:`trainsignals.suite.SUITE_NAMES`.
@@ -253,7 +253,7 @@ class Monitor:
         self.recorder = recorder
         if policy is not None and not isinstance(policy, EventPolicy):
             raise ValueError(f"policy must be a trainsignals.EventPolicy, got {policy!r}")
-        self.policy = policy if policy is not None else EventPolicy()
+        self.policy = policy if policy is not None else EventPolicy.for_interval(log_every)
         self.settings = copy.deepcopy(settings)
         if suite is None:
             try:

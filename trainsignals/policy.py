@@ -47,6 +47,7 @@ import numpy as np
 from ._events import Event, check_kinds
 from ._validate import check_range
 from .detectors._ewma_jump import ALPHA, HOLD
+from .detectors._interval import MIN_HOLD, MIN_VALUES
 from .detectors._ops import column_log, ewma, first_unusable, shared_ewma
 from .detectors._ops import log as _log
 
@@ -123,6 +124,28 @@ class EventPolicy:
         self.incident_window = incident_window
         self._spikes = frozenset(self.escalate_kinds)
         self.reset()
+
+    @classmethod
+    def for_interval(cls, every: int) -> EventPolicy:
+        """The default policy for a stream logged every ``every`` steps (what ``Monitor(log_every=every)``
+        uses): its windows, in steps, cover at least as many logged values as the rules they follow
+        need. The merge window covers the z-rule's watch (at least ``MIN_HOLD`` values, as
+        :func:`~trainsignals.detectors.interval_settings` makes it), the escalation and incident
+        windows at least ``MIN_VALUES`` values: 200 steps are less than one row of a log written
+        every 500, where three spikes could never fall within one window.
+
+        >>> EventPolicy.for_interval(1).config() == EventPolicy().config()
+        True
+        >>> p = EventPolicy.for_interval(500)
+        >>> p.merge_window, p.escalate_window, p.incident_window
+        (1000, 4000, 4000)
+
+        Raises:
+            ValueError: ``every`` is not an integer >= 1.
+        """
+        check_range("every", every, 1, None, integer=True)
+        return cls(escalate_window=max(ESCALATE_WINDOW, MIN_VALUES * every), merge_window=max(HOLD, MIN_HOLD * every),
+                   incident_window=max(INCIDENT_WINDOW, MIN_VALUES * every))
 
     def config(self) -> dict[str, Any]:
         """The settings (a Monitor snapshot must match them to be loaded)."""
