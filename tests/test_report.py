@@ -351,3 +351,27 @@ def test_replay_many_refuses_missing_paths(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         replay_many(tmp_path / "nope", progress=False)
     assert replay_many(tmp_path, progress=False) == []
+
+
+def test_a_sparse_log_leaves_warming_up_after_eight_rows_in_replay_as_in_streaming(tmp_path: Path) -> None:
+    # 20 loss values at one a step; a log written every 50 steps is warm after 8 rows (350 steps span the
+    # warm-up's 20), as the detectors judge it; replay's timeline is the Monitor's, row by row
+    c = generate("divergence", seed=4)
+    every = np.arange(0, c.total_steps, 50)
+    write_trace(tmp_path / "s.arrow", step=every, loss=c.loss[every], grad_norm=c.grad_norm[every])
+    rep = replay(tmp_path / "s.arrow")
+    told = ts.Monitor(total_steps=int(every[-1] - every[0]) + 50, log_every=50)
+    events, timeline = stream(read_trace(tmp_path / "s.arrow"), told)
+    assert dicts(rep.events) == dicts(events) and rep.status_timeline == timeline
+    assert timeline[0] == (0, "warming_up") and timeline[1][0] == 350
+    dense = ts.Monitor()
+    shown = [(dense.update(step=s, loss=1.0), dense.status)[1] for s in range(25)]
+    assert shown.index("healthy") == 19  # at one value a step: the 20th value, as before
+    # a snapshot from before the Monitor kept its first loss's step still loads, under the rule it ran
+    # with (warm after `warmup` values)
+    snap = told.state_dict()
+    del snap["monitor"]["first_loss"]
+    n_loss = snap["monitor"]["n_loss"]
+    again = ts.Monitor(total_steps=int(every[-1] - every[0]) + 50, log_every=50)
+    again.load_state_dict(snap)
+    assert told.status == "healthy" and again.status == ("healthy" if n_loss >= 20 else "warming_up")

@@ -24,7 +24,7 @@ from .detectors._ops import nondecreasing, sharing
 from .policy import EventPolicy
 from .signals import DENSE_SIGNALS, SIGNALS, Column, column, dense_values, layers, scalar
 from .signals import activations as _activations
-from .status import RANK, STATUSES, state_of
+from .status import RANK, STATUSES, state_of, warmed_up
 from .suite import default_suite
 
 __all__ = ["Monitor", "STATUSES", "scan"]
@@ -156,7 +156,8 @@ class Monitor:
             (at least ``min_patience``), per the "no new best loss within 10 % of the
             planned steps" rule. Without it the patience is 200 steps.
         stop_on: kinds whose *critical* events set :attr:`should_stop` (default: all kinds).
-        warmup: values of loss before :attr:`status` leaves ``"warming_up"``.
+        warmup: values of loss before :attr:`status` leaves ``"warming_up"`` (or 8 values that
+            span as many steps: a log written every N steps).
         recovery: steps after its latest event that a failed state lasts (see :attr:`status`);
             keep it above the detectors' cooldowns (100 steps by default), since a detector
             does not repeat an ongoing failure during its cooldown. With ``log_every`` N a
@@ -325,6 +326,7 @@ class Monitor:
         self._n_events = 0
         self._step = -1
         self._n_loss = 0
+        self._first_loss = -1  # the step of the first finite loss (-1: none yet)
         self._should_stop = False
         self._last_state_step: dict[str, int] = {}
         self._nonfinite_open = False
@@ -381,7 +383,9 @@ class Monitor:
     def status(self) -> str:
         """``"warming_up" | "healthy" | "stalled" | "oscillating" | "collapsed" | "diverging"``.
 
-        ``warming_up`` until ``warmup`` loss values were seen. A failed state is entered by
+        ``warming_up`` until ``warmup`` finite loss values were seen, or 8 that span ``warmup``
+        steps (a log written every N steps is judged after 8 rows, as the detectors judge it:
+        :func:`~trainsignals.status.warmed_up`). A failed state is entered by
         its events (``nonfinite``, ``divergence``, ``grad_explosion`` -> diverging;
         ``silent_collapse`` -> collapsed; ``oscillation`` -> oscillating; ``stall`` -> stalled)
         and left once :attr:`recovery_steps` (``recovery``, at least 8 logged values)
@@ -393,7 +397,7 @@ class Monitor:
             live = self._step - last < self.recovery_steps or (state == "diverging" and self._nonfinite_open)
             if live and RANK[state] > rank:
                 best, rank = state, RANK[state]
-        if rank == 0 and self._n_loss < self.warmup:
+        if rank == 0 and not warmed_up(self._n_loss, self._first_loss, self._step, self.warmup):
             return "warming_up"
         return best
 
@@ -514,6 +518,7 @@ class Monitor:
                     v.release()
         if have & 1:
             if lv - lv == 0.0:
+                self._first_loss = self._first_loss if self._n_loss else s
                 self._n_loss += 1
                 self._nonfinite_open = False
             else:
@@ -635,6 +640,9 @@ class Monitor:
         if lc is not None:
             lv = lc.values if lc.mask is None else lc.values[lc.mask]
             fin = np.isfinite(lv)
+            if not self._n_loss and fin.any():
+                ls = lc.steps if lc.steps is not None else steps if lc.mask is None else steps[lc.mask]
+                self._first_loss = int(ls[int(np.argmax(fin))])
             self._n_loss += int(fin.sum())
             if len(fin):
                 self._nonfinite_open = not bool(fin[-1])
@@ -723,6 +731,7 @@ class Monitor:
             "monitor": {
                 "step": self._step,
                 "n_loss": self._n_loss,
+                "first_loss": self._first_loss,
                 "should_stop": self._should_stop,
                 "last_state_step": dict(self._last_state_step),
                 "nonfinite_open": self._nonfinite_open,
@@ -767,15 +776,17 @@ class Monitor:
             raise ValueError(f"state dict detectors differ: missing {sorted(set(names) - set(dets))}, "
                              f"unexpected {sorted(set(dets) - set(names))}")
         mon = state["monitor"]
-        mkeys = {"step", "n_loss", "should_stop", "last_state_step", "nonfinite_open", "events", "n_events",
-                 "layer_names", "policy"}
-        if set(mon) != mkeys:
-            raise ValueError(f"state dict 'monitor' keys differ: missing {sorted(mkeys - set(mon))}, "
+        mkeys = {"step", "n_loss", "first_loss", "should_stop", "last_state_step", "nonfinite_open", "events",
+                 "n_events", "layer_names", "policy"}
+        if set(mon) | {"first_loss"} != mkeys:  # a snapshot from before first_loss: see below
+            raise ValueError(f"state dict 'monitor' keys differ: missing {sorted(mkeys - set(mon) - {'first_loss'})}, "
                              f"unexpected {sorted(set(mon) - mkeys)}")
         for name, det in self._suite.items():
             det.load_state_dict(dets[name])
         self.policy.load_state_dict(mon["policy"])
         self._n_loss = int(mon["n_loss"])
+        # a snapshot from before first_loss counted values as steps: its losses taken as one a step up to its own
+        self._first_loss = int(mon.get("first_loss", int(mon["step"]) - self._n_loss + 1 if self._n_loss else -1))
         self._should_stop = bool(mon["should_stop"])
         self._last_state_step = {k: int(v) for k, v in mon["last_state_step"].items()}
         self._nonfinite_open = bool(mon["nonfinite_open"])

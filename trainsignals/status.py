@@ -15,9 +15,14 @@ Example:
 from __future__ import annotations
 
 from ._events import Event, Kind
+from .detectors._interval import MIN_WARM, covered
 from .kinds import KINDS
 
-__all__ = ["STATUSES", "STATE_OF", "RANK", "state_of"]
+__all__ = ["STATUSES", "STATE_OF", "RANK", "WARM_VALUES", "state_of", "warmed_up"]
+
+#: finite losses that end the warm-up before ``warmup`` of them once they span ``warmup`` steps: a log
+#: written every N steps leaves ``warming_up`` after 8 rows, as the detectors judge it
+WARM_VALUES = MIN_WARM
 
 #: Every value :attr:`Monitor.status` takes, from the start of a run to the worst state.
 STATUSES = ("warming_up", "healthy", "stalled", "oscillating", "collapsed", "diverging")
@@ -42,3 +47,13 @@ def state_of(event: Event) -> str | None:
     if event.kind == Kind.GRAD_EXPLOSION and event.severity != "critical":
         return None
     return STATE_OF.get(event.kind)
+
+
+def warmed_up(n: int, first_step: int, step: int, warmup: int) -> bool:
+    """Whether a run read at ``step`` has left ``warming_up``: ``n`` finite losses seen, the first at
+    ``first_step``, are ``warmup`` of them, or :data:`WARM_VALUES` that span ``warmup`` steps.
+
+    >>> warmed_up(20, 0, 19, 20), warmed_up(8, 0, 7, 20), warmed_up(8, 0, 3500, 20), warmed_up(7, 0, 3500, 20)
+    (True, False, True, False)
+    """
+    return covered(n, first_step, step, warmup)

@@ -33,7 +33,7 @@ import numpy as np
 from trainsignals._events import Event, Kind
 from trainsignals._monitor import Monitor
 from trainsignals._validate import check_range
-from trainsignals.status import RANK, state_of
+from trainsignals.status import RANK, WARM_VALUES, state_of
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -84,7 +84,8 @@ def status_timeline(
     ``stalled``) and is live while fewer than
     ``recovery`` steps passed since its latest event; after a non-finite loss the run stays
     ``diverging`` until a finite loss returns. The worst live state wins; with none live, the
-    run is ``warming_up`` until ``warmup`` finite loss values were seen, else ``healthy``.
+    run is ``warming_up`` until ``warmup`` finite loss values were seen, or 8 that span
+    ``warmup`` steps (a log written every N steps), else ``healthy``.
 
     The status is read after each step in ``steps`` (the steps the Monitor was fed; after the
     last row of a repeated step) and only changes are kept, so the result equals reading
@@ -144,6 +145,8 @@ def status_timeline(
         fin_at = loss_steps[finite]
         if fin_at.size >= warmup > 0:
             crit.append(fin_at[warmup - 1:warmup])
+        if fin_at.size >= WARM_VALUES and warmup > WARM_VALUES:  # or WARM_VALUES values that span warmup steps
+            crit.append(np.asarray([max(int(fin_at[WARM_VALUES - 1]), int(fin_at[0]) + warmup)], dtype=np.int64))
     cands = np.concatenate(crit)
     if steps is not None:
         st = np.asarray(steps, dtype=np.int64).ravel()
@@ -164,8 +167,10 @@ def status_timeline(
         k = np.searchsorted(loss_steps, pts, side="right")  # loss values seen by each reading
         n_finite = np.concatenate([[0], np.cumsum(finite)])[k]
         nonfinite_open = (k > 0) & ~np.r_[True, finite][k]
+        first = int(loss_steps[finite][0]) if finite.any() else 0
+        warm = (n_finite >= warmup) | ((n_finite >= WARM_VALUES) & (pts - first >= warmup))
     else:
-        n_finite = np.full(pts.size, warmup)
+        warm = np.ones(pts.size, dtype=bool)
         nonfinite_open = np.zeros(pts.size, dtype=bool)
     rank = np.zeros(pts.size, dtype=np.int64)
     for state, est in by_state.items():
@@ -175,7 +180,7 @@ def status_timeline(
         if state == "diverging":
             live |= entered & nonfinite_open
         rank = np.where(live, np.maximum(rank, RANK[state]), rank)
-    codes = np.where((rank == 0) & (n_finite < warmup), -1, rank)
+    codes = np.where((rank == 0) & ~warm, -1, rank)
     change = np.r_[True, codes[1:] != codes[:-1]]
     names = ("warming_up",) + _RANKED  # code -1 indexes the first name via +1
     return [(int(s), names[int(c) + 1]) for s, c in zip(pts[change], codes[change])]
