@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import inspect
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -120,6 +120,15 @@ def _named(suite: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]:
         while name in out:
             name, k = f"{base}_{k}", k + 1
         out[name] = det
+    return out
+
+
+def _given_events(events: Iterable[Any]) -> list[Event]:
+    """The findings given to ``update``, as a list; a ``TypeError`` names anything that is not an Event."""
+    out = list(events)
+    for given in out:
+        if not isinstance(given, Event):
+            raise TypeError(f"events must hold trainsignals.Event objects, got {type(given).__name__}")
     return out
 
 
@@ -243,8 +252,6 @@ class Monitor:
         self.stop_on = stop_on
         self.warmup = warmup
         self.recovery = recovery
-        #: steps a failed state lasts after its latest event: ``recovery``, and at least MIN_VALUES logged values
-        self.recovery_steps = max(recovery, MIN_VALUES * log_every)
         self.min_patience = min_patience
         self.max_events = max_events
         self.val_metric_mode = val_metric_mode
@@ -380,6 +387,13 @@ class Monitor:
         return self._should_stop
 
     @property
+    def recovery_steps(self) -> int:
+        """Steps a failed state lasts after its latest event: ``recovery``, and at least ``MIN_VALUES``
+        (8) logged values in a Monitor told ``log_every``.
+        """
+        return max(self.recovery, MIN_VALUES * self.log_every)
+
+    @property
     def status(self) -> str:
         """``"warming_up" | "healthy" | "stalled" | "oscillating" | "collapsed" | "diverging"``.
 
@@ -455,10 +469,7 @@ class Monitor:
         elif (s := to_step(step)) < self._step:
             raise ValueError(f"step must not decrease: got {s} after {self._step}")
         if events is not None:
-            events = list(events)
-            for given in events:
-                if not isinstance(given, Event):
-                    raise TypeError(f"events must hold trainsignals.Event objects, got {type(given).__name__}")
+            events = _given_events(events)
         # every value is coerced and checked before anything changes: a refused call changes nothing;
         # the given values in _ORDER's order make the row, and ``have`` says which they are (a bit each)
         row: list[Any] = []
@@ -518,7 +529,8 @@ class Monitor:
                     v.release()
         if have & 1:
             if lv - lv == 0.0:
-                self._first_loss = self._first_loss if self._n_loss else s
+                if not self._n_loss:
+                    self._first_loss = s
                 self._n_loss += 1
                 self._nonfinite_open = False
             else:
@@ -627,21 +639,19 @@ class Monitor:
                     merged.append((ev.step, order, seq, ev))
             merged.sort(key=lambda t: t[:3])
             out = [m[3] for m in merged]
-            lc = cols.get("loss")
+            lc = cols.get("loss")  # its measured values and their steps
             if lc is None:
-                out = self.policy.apply_scan(out, steps[:0], np.zeros(0))
-            elif lc.steps is not None:
-                out = self.policy.apply_scan(out, lc.steps, lc.values)
+                ls, lv = steps[:0], np.zeros(0)
+            elif lc.steps is not None or lc.mask is None:
+                ls, lv = (steps if lc.steps is None else lc.steps), lc.values
             else:
-                out = self.policy.apply_scan(out, steps if lc.mask is None else steps[lc.mask],
-                                             lc.values if lc.mask is None else lc.values[lc.mask])
+                ls, lv = steps[lc.mask], lc.values[lc.mask]
+            out = self.policy.apply_scan(out, ls, lv)
         # bookkeeping identical to the streaming path
         last = [self._step] + [int(st.max()) for st in every if len(st)]
         if lc is not None:
-            lv = lc.values if lc.mask is None else lc.values[lc.mask]
             fin = np.isfinite(lv)
             if not self._n_loss and fin.any():
-                ls = lc.steps if lc.steps is not None else steps if lc.mask is None else steps[lc.mask]
                 self._first_loss = int(ls[int(np.argmax(fin))])
             self._n_loss += int(fin.sum())
             if len(fin):

@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._events import Event, Kind
 from .detectors._interval import MIN_WARM, covered
 from .kinds import KINDS
@@ -49,9 +51,10 @@ def state_of(event: Event) -> str | None:
     return STATE_OF.get(event.kind)
 
 
-def warmed_up(n: int, first_step: int, step: int, warmup: int) -> bool:
+def warmed_up(n: Any, first_step: Any, step: Any, warmup: int) -> Any:
     """Whether a run read at ``step`` has left ``warming_up``: ``n`` finite losses seen, the first at
-    ``first_step``, are ``warmup`` of them, or :data:`WARM_VALUES` that span ``warmup`` steps.
+    ``first_step``, are ``warmup`` of them, or :data:`WARM_VALUES` that span ``warmup`` steps
+    (elementwise for NumPy arrays of counts and steps).
 
     >>> warmed_up(20, 0, 19, 20), warmed_up(8, 0, 7, 20), warmed_up(8, 0, 3500, 20), warmed_up(7, 0, 3500, 20)
     (True, False, True, False)

@@ -86,16 +86,17 @@ def interval_settings(cls: type, every: int, settings: Mapping[str, Any] | None 
     return out
 
 
-def covered(n: int, first_step: int, step: int, need: int) -> bool:
+def covered(n: Any, first_step: Any, step: Any, need: int) -> Any:
     """Whether ``n`` values, the first at ``first_step``, end a warm-up of ``need`` values before a value at ``step``.
 
     ``need`` values, or MIN_WARM once they cover ``need`` steps: at one value a step ``need``
     values come first (nothing changes), and a log with one row every 50 steps is warm after 8
     rows, not 20 (1,000 steps, longer than many runs). The rules read it from the values' own
-    steps, so it holds whatever interval a Monitor was told.
+    steps, so it holds whatever interval a Monitor was told. NumPy arrays of counts and steps give it
+    elementwise (the status timeline of a whole run).
 
     Example:
         >>> covered(20, 0, 19, 20), covered(12, 0, 19, 20), covered(12, 0, 550, 20), covered(5, 0, 550, 20)
         (True, False, True, False)
     """
-    return n >= need or (n >= MIN_WARM and step - first_step >= need)
+    return (n >= need) | ((n >= MIN_WARM) & (step - first_step >= need))

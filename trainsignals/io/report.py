@@ -33,7 +33,7 @@ import numpy as np
 from trainsignals._events import Event, Kind
 from trainsignals._monitor import Monitor
 from trainsignals._validate import check_range
-from trainsignals.status import RANK, WARM_VALUES, state_of
+from trainsignals.status import RANK, WARM_VALUES, state_of, warmed_up
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -167,8 +167,8 @@ def status_timeline(
         k = np.searchsorted(loss_steps, pts, side="right")  # loss values seen by each reading
         n_finite = np.concatenate([[0], np.cumsum(finite)])[k]
         nonfinite_open = (k > 0) & ~np.r_[True, finite][k]
-        first = int(loss_steps[finite][0]) if finite.any() else 0
-        warm = (n_finite >= warmup) | ((n_finite >= WARM_VALUES) & (pts - first >= warmup))
+        first = int(loss_steps[finite][0]) if finite.any() else -1
+        warm = warmed_up(n_finite, first, pts, warmup)
     else:
         warm = np.ones(pts.size, dtype=bool)
         nonfinite_open = np.zeros(pts.size, dtype=bool)
