@@ -7,6 +7,8 @@
   ``<!-- setup: NAME[, NAME] -->`` on the line before a block runs ``docs/_setup/NAME.py`` first;
   ``<!-- requires: MODULE -->`` skips the block (with a warning) when MODULE cannot be imported;
   a fence info string with ``no-run`` shows a block without running it.
+* A ``print(...)`` line whose comment is a printed value (it starts with ``[``, ``(``, a quote,
+  a digit, ``True``, ``False`` or ``None``) must print exactly that: the page shows real output.
 * The README's headline table is the one ``docs/make_figures.py`` generated last.
 """
 
@@ -83,8 +85,32 @@ def code_blocks(path: Path) -> list[Block]:
     return blocks
 
 
+#: ``print(ARGS)  # OUTPUT`` where OUTPUT reads as a value, not a description
+_SHOWN = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*)\)\s+#\s*(?P<out>[\[('\"0-9-].*|True|False|None)\s*$")
+
+
+def _expect_output(expected: str, *args: object) -> None:
+    text = " ".join(map(str, args))
+    print(text)
+    assert text == expected, f"printed {text!r}, the page says {expected!r}"
+
+
+def checked(code: str) -> str:
+    """``code`` with each ``print`` whose comment shows the output turned into a check of that output."""
+    return "\n".join(f"{m['indent']}_expect_output({m['out']!r}, {m['args']})" if (m := _SHOWN.match(line)) else line
+                     for line in code.split("\n"))
+
+
 def _run(code: str, name: str, namespace: dict) -> None:
-    exec(compile(code, name, "exec"), namespace)  # noqa: S102 - the documentation's own examples
+    namespace.setdefault("_expect_output", _expect_output)
+    exec(compile(checked(code), name, "exec"), namespace)  # noqa: S102 - the documentation's own examples
+
+
+def test_shown_output_is_checked() -> None:
+    ns: dict = {}
+    _run("print([1, 2][:1])   # [1]\nprint('x')  # a description, not checked\n", "t", ns)
+    with pytest.raises(AssertionError, match="the page says"):
+        _run("print(1 + 1)   # 3\n", "t", ns)
 
 
 def _page_id(path: Path) -> str:

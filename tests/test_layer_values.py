@@ -54,10 +54,33 @@ def test_the_monitor_gives_the_same_events_as_for_a_dict(seed: int) -> None:
     assert [e.to_dict() for e in a] == [e.to_dict() for e in b]
 
 
+@pytest.mark.parametrize("seed", [5, 6])
+def test_layers_in_another_order_are_matched_by_name(seed: int) -> None:
+    """A mapping (or LayerValues) giving the same layers in another order each step: the events of the fixed order."""
+    m = norms(seed)
+    rng = np.random.default_rng(seed)
+    fixed, shuffled, scanned = ts.Monitor(), ts.Monitor(), ts.Monitor()
+    a, b = [], []
+    for t, row in enumerate(m):
+        a += fixed.update(loss=1.0, layer_grad_norms=dict(zip(NAMES, row.tolist())), step=t)
+        order = rng.permutation(len(NAMES))
+        given = {NAMES[j]: float(row[j]) for j in order}
+        b += shuffled.update(loss=1.0, layer_grad_norms=given if t % 2 else
+                             ts.LayerValues([NAMES[j] for j in order], row[order]), step=t)
+    assert any(e.kind == ts.Kind.VANISHING_GRADIENT for e in a)
+    assert [e.to_dict() for e in a] == [e.to_dict() for e in b]
+    half = len(m) // 2  # scan: the second chunk's columns in reverse order
+    c = scanned.scan(loss=np.ones(half), layer_grad_norms=dict(zip(NAMES, m[:half].T)))
+    c += scanned.scan(loss=np.ones(len(m) - half), layer_grad_norms=dict(zip(NAMES[::-1], m[half:, ::-1].T)))
+    assert [(e.kind, e.step, e.layer) for e in c] == [(e.kind, e.step, e.layer) for e in a]
+
+
 def test_changed_layers_are_refused() -> None:
     mon = ts.Monitor()
     mon.update(loss=1.0, layer_grad_norms=ts.LayerValues(NAMES, np.ones(5)))
+    with pytest.raises(ValueError, match=r"layers changed.*a run's layers are fixed: give NaN"):
+        mon.update(loss=1.0, layer_grad_norms=ts.LayerValues(NAMES[:4], np.ones(4)))
     with pytest.raises(ValueError, match="layers changed"):
-        mon.update(loss=1.0, layer_grad_norms=ts.LayerValues(NAMES[::-1], np.ones(5)))
+        mon.update(loss=1.0, layer_grad_norms={**dict.fromkeys(NAMES[:4], 1.0), "other": 1.0})
     with pytest.raises(ValueError, match="must be >= 0"):
         mon.update(loss=1.0, layer_grad_norms=ts.LayerValues(NAMES, -np.ones(5)))

@@ -130,6 +130,8 @@ def test_configuration_errors():
         ts.Monitor(total_steps=0)
     with pytest.raises(ValueError, match="stop_on"):
         ts.Monitor(stop_on=("explosion",))
+    with pytest.raises(ValueError, match=r"stop_on must be a sequence of kinds, e.g. \['divergence'\]"):
+        ts.Monitor(stop_on="divergence")  # not read as the letters d, i, v, ...
     mon = ts.Monitor(total_steps=5000, sawtooth=False)
     assert "sawtooth" not in mon.detectors
     assert {mon.detectors[n].patience for n in mon.detectors if n.startswith("stall")} == {500}
@@ -233,6 +235,29 @@ def test_load_state_dict_refuses_foreign_or_mismatched():
     del snap["monitor"]["n_loss"]
     with pytest.raises(ValueError, match="n_loss"):
         mon.load_state_dict(snap)
+
+
+@pytest.mark.parametrize("spoil", ["detector", "policy", "event"])
+def test_a_refused_snapshot_changes_nothing(spoil):
+    """A snapshot refused by its last detector, its policy or an event loads none of its parts."""
+    mon = ts.Monitor()
+    for i in range(100):
+        mon.update(step=i, loss=1.0 - i / 1000)
+    other = ts.Monitor()
+    for i in range(300):
+        other.update(step=i, loss=0.01 * (1 + i % 2))
+    snap = json.loads(json.dumps(other.state_dict()))
+    if spoil == "detector":
+        last = list(snap["detectors"])[-1]
+        del snap["detectors"][last]["state"][next(iter(snap["detectors"][last]["state"]))]
+    elif spoil == "policy":
+        snap["monitor"]["policy"]["hist"] = [["not a step", 0.0, 0.0]]
+    else:
+        snap["monitor"]["events"] = [{"kind": "no such kind"}]
+    before = json.dumps(mon.state_dict())
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        mon.load_state_dict(snap)
+    assert json.dumps(mon.state_dict()) == before
 
 
 def test_reset_summary_and_scan_function():

@@ -64,6 +64,31 @@ def test_the_user_detector_passes_the_conformance_checks():
     check_detector(LossAboveCeiling)
 
 
+class NoLastStep(LossAboveCeiling):
+    _state_keys = ("first", "above")
+
+    def _reset(self) -> None:
+        self._first = None
+        self._above = False
+
+
+class PrivateSetting(LossAboveCeiling):
+    def __init__(self, limit: float = 3.0) -> None:
+        self._limit = limit
+        self.ratio = limit
+        self._reset()
+
+
+@pytest.mark.parametrize(("cls", "says"), [(NoLastStep, r"self\._last_step = -1 in _reset\(\)"),
+                                           (PrivateSetting, r"keep the constructor argument 'limit' as self\.limit")])
+def test_a_detector_missing_what_the_base_needs_is_named_when_it_joins(cls, says):
+    """Not an AttributeError from deep in a run: the Monitor and check_detector say what to add."""
+    with pytest.raises(TypeError, match=says):
+        ts.Monitor(suite={"mine": cls()})
+    with pytest.raises(AssertionError, match=says):
+        check_detector(cls)
+
+
 def test_default_suite_is_plain_editable_data():
     suite = ts.default_suite(total_steps=2_000)
     assert list(suite) == list(ts.Monitor().detectors)

@@ -45,6 +45,9 @@ def check_kinds(name: str, values: Any) -> tuple[str, ...]:
         ValueError: naming ``name`` and the values that are not kinds.
     """
     kinds = tuple(k.value for k in Kind)
+    if isinstance(values, str):  # one kind's string would be read as its letters
+        hint = Kind(values).value if values in kinds else values
+        raise ValueError(f"{name} must be a sequence of kinds, e.g. [{hint!r}], got {values!r}")
     out = tuple(Kind(k).value if k in kinds else k for k in values)
     bad = [k for k in out if k not in kinds]
     if bad:
@@ -111,7 +114,7 @@ class Event:
         since = "" if self.onset_step == self.step else f" (since step {self.onset_step})"
         return (
             f"step {self.step} {self.severity.upper()} {self.kind.value}{since}: {self.message} "
-            f"[{self.signal} {_fmt(self.value)} vs threshold {_fmt(self.threshold)}{self.rate_text()}; "
+            f"[{self.detector} on {self.signal}: {_fmt(self.value)} vs threshold {_fmt(self.threshold)}{self.rate_text()}; "
             f"cause: {self.cause}; fix: {self.fix}]"
         )
 

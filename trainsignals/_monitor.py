@@ -135,6 +135,7 @@ def _given_events(events: Iterable[Any]) -> list[Event]:
 def _check_detector(name: str, det: Any) -> None:
     if not isinstance(det, Detector):
         raise ValueError(f"suite[{name!r}] must be a trainsignals.Detector, got {type(det).__name__}")
+    det.check_contract()
     ins = det.inputs
     if not ins:
         raise ValueError(f"suite[{name!r}] declares no inputs")
@@ -791,21 +792,27 @@ class Monitor:
         if set(mon) | {"first_loss"} != mkeys:  # a snapshot from before first_loss: see below
             raise ValueError(f"state dict 'monitor' keys differ: missing {sorted(mkeys - set(mon) - {'first_loss'})}, "
                              f"unexpected {sorted(set(mon) - mkeys)}")
+        # everything is read and checked before anything changes: a refused snapshot leaves the Monitor as it was
+        n_loss = int(mon["n_loss"])
+        # a snapshot from before first_loss counted values as steps: its losses taken as one a step up to its own
+        first_loss = int(mon.get("first_loss", int(mon["step"]) - n_loss + 1 if n_loss else -1))
+        last_state_step = {str(k): int(v) for k, v in mon["last_state_step"].items()}
+        layer_names = {str(k): tuple(str(n) for n in v) for k, v in mon["layer_names"].items()}
+        step, n_events = int(mon["step"]), int(mon["n_events"])
+        events = deque((Event.from_dict(e) for e in mon["events"]), maxlen=self.max_events)
+        for name, det in self._suite.items():
+            det.clone().load_state_dict(dets[name])  # a detector refuses a foreign state before any is loaded
+        self.policy.load_state_dict(mon["policy"])  # loads whole or not at all
         for name, det in self._suite.items():
             det.load_state_dict(dets[name])
-        self.policy.load_state_dict(mon["policy"])
-        self._n_loss = int(mon["n_loss"])
-        # a snapshot from before first_loss counted values as steps: its losses taken as one a step up to its own
-        self._first_loss = int(mon.get("first_loss", int(mon["step"]) - self._n_loss + 1 if self._n_loss else -1))
+        self._n_loss, self._first_loss = n_loss, first_loss
         self._should_stop = bool(mon["should_stop"])
-        self._last_state_step = {k: int(v) for k, v in mon["last_state_step"].items()}
+        self._last_state_step = last_state_step
         self._nonfinite_open = bool(mon["nonfinite_open"])
-        self._layer_names = {str(k): tuple(str(n) for n in v) for k, v in mon["layer_names"].items()}
+        self._layer_names = layer_names
         if rewind:
             return
-        self._step = int(mon["step"])
-        self._events = deque((Event.from_dict(e) for e in mon["events"]), maxlen=self.max_events)
-        self._n_events = int(mon["n_events"])
+        self._step, self._events, self._n_events = step, events, n_events
 
     def __repr__(self) -> str:
         return f"Monitor(total_steps={self.total_steps!r}, status={self.status!r}, events={self._n_events})"

@@ -112,10 +112,6 @@ class EventPolicy:
         check_range("escalate_window", escalate_window, 1, None, integer=True)
         check_range("merge_window", merge_window, 0, None, integer=True)
         check_range("incident_window", incident_window, 0, None, integer=True)
-        if isinstance(escalate_kinds, str):
-            raise ValueError(f"escalate_kinds must be a sequence of kinds, got {escalate_kinds!r}")
-        if isinstance(guard_kinds, str):
-            raise ValueError(f"guard_kinds must be a sequence of kinds, got {guard_kinds!r}")
         self.escalate_after = escalate_after
         self.escalate_window = escalate_window
         self.escalate_kinds = check_kinds("escalate_kinds", escalate_kinds)
@@ -178,10 +174,11 @@ class EventPolicy:
         if not isinstance(state, dict) or set(state) != want:
             got = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"policy state keys differ: expected {sorted(want)}, got {got}")
-        self._alarms = {str(k): [[int(a[0]), None if a[1] is None else float(a[1])] for a in v]
-                        for k, v in state["alarms"].items()}
-        self._kept = {str(k): [int(v[0]), str(v[1]), int(v[2])] for k, v in state["kept"].items()}
-        self._hist = deque(((int(s), float(g), float(m)) for s, g, m in state["hist"]), maxlen=GUARD_MEMORY)
+        alarms = {str(k): [[int(a[0]), None if a[1] is None else float(a[1])] for a in v]
+                  for k, v in state["alarms"].items()}
+        kept = {str(k): [int(v[0]), str(v[1]), int(v[2])] for k, v in state["kept"].items()}
+        hist = deque(((int(s), float(g), float(m)) for s, g, m in state["hist"]), maxlen=GUARD_MEMORY)
+        self._alarms, self._kept, self._hist = alarms, kept, hist  # all parsed: a refused snapshot changes nothing
 
     # -- the streaming path: one step ------------------------------------------------------
     def apply(self, events: list[Event], step: int, loss: float = math.nan,

@@ -147,6 +147,24 @@ def _vector(name: str, values: Any, n: int | None = None) -> np.ndarray:
     return vec
 
 
+def layer_order(name: str, names: tuple[str, ...], known: tuple[str, ...] | None) -> list[int] | None:
+    """Where each of ``known``'s layers is among ``names`` (``None``: already in that order).
+
+    Layers are matched by name, whatever order a mapping gives them in; a run's set of layers
+    is fixed.
+
+    Raises:
+        ValueError: ``names`` are other layers than ``known`` (both named).
+    """
+    if known is None or names is known or names == known:
+        return None
+    if len(names) != len(known) or set(names) != set(known):
+        raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(names)} (a run's layers are "
+                         "fixed: give NaN for a layer without a value at a step, or reset() the Monitor)")
+    at = {k: i for i, k in enumerate(names)}
+    return [at[k] for k in known]
+
+
 def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> LayerValues:
     """One value of a per-layer signal as :class:`~trainsignals.LayerValues`.
 
@@ -177,8 +195,9 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
         vec = _vector(name, value)
         keys = known if known is not None and len(known) == len(vec) else positional_names(len(vec))
         lv = LayerValues(keys, vec)
-    if known is not None and keys is not known and keys != known:
-        raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
+    order = layer_order(name, keys, known)
+    if order is not None:
+        lv = LayerValues(known, lv.array[order])  # type: ignore[arg-type]
     if SIGNALS[name].nonneg and lv.low() < 0:  # the smallest value, computed once per value
         raise ValueError(f"{name} must be >= 0")
     return lv
@@ -284,8 +303,10 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
             for r, key in enumerate(ACT_STATS):
                 if key in stats and stats[key] is not None:
                     mat[r, j] = _fraction(f"activations[{names[j]!r}][{key!r}]", stats[key])
-    if known is not None and names is not known and names != known:
-        raise ValueError(f"activations layers changed: expected {list(known)}, got {list(names)}")
+    order = layer_order("activations", names, known)
+    if order is not None:
+        mat = (sample.matrix if sample is not None else mat)[:, order]
+        return LayerStats(known, mat)  # type: ignore[arg-type]
     return sample if sample is not None else value if type(value) is LayerStats else LayerStats(names, mat)
 
 
@@ -394,8 +415,9 @@ def _layer_matrix(name: str, value: Any, known: tuple[str, ...] | None) -> tuple
         if mat.ndim != 2:
             raise ValueError(f"{name} must be 2-D (steps, layers), got shape {mat.shape}")
         keys = known if known is not None and len(known) == mat.shape[1] else positional_names(mat.shape[1])
-    if known is not None and keys != known:
-        raise ValueError(f"{name} layers changed: expected {list(known)}, got {list(keys)}")
+    order = layer_order(name, keys, known)
+    if order is not None:
+        mat, keys = mat[:, order], known  # type: ignore[assignment]
     if SIGNALS[name].nonneg and mat.size and (mat < 0).any():  # (NaN compares false: a gap, not a negative)
         raise ValueError(f"{name} must be >= 0")
     return mat, keys
@@ -427,8 +449,9 @@ def _act_cube(value: Any, known: tuple[str, ...] | None) -> tuple[np.ndarray, tu
     bad = np.isfinite(cube) & ((cube < 0.0) | (cube > 1.0))
     if bad.any():
         raise ValueError("activations statistics must be fractions in [0, 1]")
-    if known is not None and names != known:
-        raise ValueError(f"activations layers changed: expected {list(known)}, got {list(names)}")
+    order = layer_order("activations", names, known)
+    if order is not None:
+        cube, names = cube[:, :, order], known  # type: ignore[assignment]
     return cube, names
 
 

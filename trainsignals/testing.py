@@ -425,6 +425,8 @@ def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = 
     ``factory()`` builds the detector (a :class:`~trainsignals.Detector`); ``data`` holds its
     inputs in the forms of :func:`example_inputs` (the default). Checked:
 
+    * what the base class needs (:meth:`~trainsignals.Detector.check_contract`): each
+      constructor argument kept as the attribute of its name, ``_last_step`` in the state;
     * ``repr`` names the class and ``clone()`` rebuilds the same configuration;
     * every event is an :class:`~trainsignals.Event` whose one-line ``str`` names its step and
       kind, in step order, with ``onset_step <= step``;
@@ -450,6 +452,10 @@ def check_detector(factory: Callable[[], Any], data: Mapping[str, Any] | None = 
 
     det = factory()
     name = type(det).__name__
+    try:
+        det.check_contract()
+    except TypeError as err:
+        raise AssertionError(str(err)) from None
     data = dict(example_inputs(det, seed=seed) if data is None else data)
     rows = _rows(det, data)
     assert rows, f"{name}: no step has every required input"

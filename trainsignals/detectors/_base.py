@@ -189,6 +189,24 @@ class Detector:
         """A fresh detector with the same configuration."""
         return type(self)(**self._params())
 
+    def check_contract(self) -> None:
+        """Check what the base class needs of a subclass, before a run finds it missing.
+
+        Raises:
+            TypeError: a constructor argument not kept as the attribute of its name (``repr``,
+                ``clone`` and ``state_dict`` read it there), or no ``_last_step`` created in
+                ``_reset`` and listed as ``"last_step"`` in ``_state_keys`` (the step of the last
+                value: ``update`` without a step, ``scan`` and a resumed run count on from it).
+        """
+        cls = type(self).__name__
+        for p in self._param_names():
+            if not hasattr(self, p):
+                raise TypeError(f"{cls}: keep the constructor argument {p!r} as self.{p} "
+                                "(repr, clone and state_dict read it there)")
+        if not isinstance(getattr(self, "_last_step", None), int) or "last_step" not in self._state_keys:
+            raise TypeError(f"{cls}: create self._last_step = -1 in _reset(), set it to the step in _step(), and list "
+                            "'last_step' in _state_keys (update without a step, scan and a resumed run count on from it)")
+
     # -- state ----------------------------------------------------------------------------
     def _reset(self) -> None:
         raise NotImplementedError
