@@ -187,3 +187,30 @@ def test_a_long_scan_taken_in_chunks_gives_the_events_and_state_of_one_pass(monk
     got = chunked.scan(loss=loss, grad_norm=masked)
     assert want and close_events(want, got)
     assert close_state(whole.state_dict(), chunked.state_dict())
+
+
+def test_edge_of_stability_with_a_learning_rate_scans_as_it_streams():
+    """The swing rule reads the rate's bands in its batch path too: warm-up from exactly 0, cosine restarts,
+    gaps and zeros in the rate, bumps at the end of each cycle; random chunks; events and state as streamed."""
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        n = 3000
+        t = np.arange(n)
+        lr = np.minimum(1e-3, 1e-3 * t / 200)
+        lr = np.where(t > 1500, lr * 0.5 * (1 + np.cos(np.pi * (t % 500) / 500)), lr)
+        lr[rng.random(n) < 0.02] = np.nan
+        lr[rng.integers(0, n, 5)] = 0.0
+        if seed % 2:
+            lr[1000:1100] = np.nan
+        bump = np.where(t % 500 > 450, 3.0, 1.0)
+        loss = (2 * np.exp(-t / 500) + 0.3) * np.exp(rng.normal(0, 0.1, n)) * bump
+        grad = np.exp(rng.normal(0, 0.2, n)) * np.where(t % 500 > 450, 2.0, 1.0)
+        ref, det = ts.SwingRatioEdgeOfStability(), ts.SwingRatioEdgeOfStability()
+        streamed = [e for k in range(n)
+                    for e in ref.update(step=k, loss=float(loss[k]), grad_norm=float(grad[k]), lr=float(lr[k]))]
+        cuts = np.sort(rng.choice(np.arange(1, n), 20, replace=False)).tolist()
+        batched = [e for lo, hi in zip([0, *cuts], [*cuts, n], strict=True)
+                   for e in det.scan(steps=t[lo:hi], loss=loss[lo:hi], grad_norm=grad[lo:hi], lr=lr[lo:hi])]
+        assert ref.state_dict()["state"]["rates"][0], "no rate band was recorded: the test reads nothing"
+        assert close_events(streamed, batched)
+        assert close_state(ref.state_dict(), det.state_dict())

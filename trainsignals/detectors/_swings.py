@@ -280,6 +280,34 @@ class RateBands:
                 del self.blocks[:-BLOCKS]
             self.blo = None
 
+    def take_many(self, lr: np.ndarray, n0: int, ys: np.ndarray, off: int, w2: int) -> None:
+        """:meth:`take` for values ``n0 .. n0 + len(lr) - 1``, once a rate is known (``lprev`` set:
+        then ``take`` runs at every value); ``ys[off + t]`` is value ``n0 + t``'s, after ``w2`` before it.
+        """
+        assert self.lprev
+        with np.errstate(invalid="ignore"):
+            known = np.isfinite(lr) & (lr > 0.0)
+        at = np.flatnonzero(known)
+        if len(at):
+            kl = lr[at]
+            up = np.flatnonzero(kl > RATE_RISE * np.concatenate(([self.lprev], kl[:-1])))
+            if len(up):
+                self.rise = n0 + int(at[up[-1]])
+            self.lprev = float(kl[-1])
+        m, first = len(lr), -(n0 + 1) % w2  # the first block's end in the stretch
+        starts = np.r_[0, np.arange(first + 1, m, w2)] if first < m - 1 else np.zeros(1, np.int64)
+        lows = np.minimum.reduceat(np.where(known, lr, -1.0), starts)  # -1 where a value lacked a rate
+        lows[0] = -1.0 if self.blo is not None and self.blo <= 0.0 or lows[0] <= 0.0 else \
+            min(math.inf if self.blo is None else self.blo, float(lows[0]))  # the block it began in
+        lows = np.where(lows > 0.0, lows, -1.0)
+        ends = np.r_[starts[1:] - 1, m - 1]
+        done = (n0 + ends + 1) % w2 == 0
+        for e, lo in list(zip(ends[done & (lows > 0.0)].tolist(), lows[done & (lows > 0.0)].tolist()))[-BLOCKS:]:
+            win = ys[off + e + 1 - w2:off + e + 1].tolist()
+            self.blocks.append([n0 + e, lo, median(win), scale(residuals(win)[0])])
+        del self.blocks[:-BLOCKS]
+        self.blo = None if done[-1] else float(lows[-1])
+
     def wider(self, cur: Sequence[float], before: int, shift: float) -> bool:
         """Whether the window ``cur`` swings ``shift`` times as wide (:func:`swing_ratio`'s units) as
         the latest block that ended before value ``before`` and before the rate last rose, at

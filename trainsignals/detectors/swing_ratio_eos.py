@@ -151,11 +151,11 @@ class SwingRatioEdgeOfStability(Detector):
                           self.shift, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if not self._n or steps[i] <= self._quiet_until or self._rates.lprev:  # a known rate: the scalar path
+        if not self._n or steps[i] <= self._quiet_until:
             return 0
-        grads = first_usable if self._ng == 0 else first_unusable  # a usable loss; grad norms all present or absent
-        if not (lim := min(first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True),
-                           first_usable(arrays[2], i, j, True))):  # and no rate known yet
+        grads, rt = first_usable if self._ng == 0 else first_unusable, self._rates  # grad norms all present or absent
+        if not (lim := min(first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True),  # a usable loss,
+                           j - i if rt.lprev else first_usable(arrays[2], i, j))):  # a rate known, or none given
             return 0
         y, g, w, r2 = column_log(arrays[0], i, i + lim), column_log(arrays[1], i, i + lim), self.window, self.shift_ratio
         w2, span = 3 * w // 2, SPAN * w
@@ -181,9 +181,11 @@ class SwingRatioEdgeOfStability(Detector):
                 # a window with a missing grad norm is left to the scalar test (it drops the gaps)
                 es = es[(moved >= self.grad_shift * sw.SLACK) | ~np.isfinite(gc).all(axis=1)
                         | ~np.isfinite(gr).all(axis=1)]
-            ends = (off + es + 1).tolist()  # the first survivor the scalar test fires on
+            ends = (off + es + 1).tolist()  # the first survivor the scalar test fires on (the rates' too: scalar)
             k = next((e - off - 1 for e in ends
                       if self._test(yext[e - span:e].tolist(), gext[e - span:e].tolist()) is not None), lim)
+        if k and rt.lprev:
+            rt.take_many(arrays[2][i:i + k], n0, np.concatenate((np.asarray(self._ys), y[:k])), off, w2)
         if k:
             self._left = max(0, max([until0] + [a + watch for a in arms if a < n0 + k]) - (n0 + k - 1))
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
