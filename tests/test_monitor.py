@@ -86,6 +86,16 @@ def test_accepts_numpy_scalars_0d_arrays_and_objects_with_float():
     mon.update(loss=np.float32(1.0), grad_norm=np.array(2.0), lr=Tensorish())
     mon.update(loss=1, grad_norm=np.float64(1.5))
     assert mon.step == 1
+    mon.update(step=np.array(5), loss=1.0)  # a step as 0-d array, as the signals may be (a JAX or torch counter)
+    mon.update(step=np.int32(6), loss=1.0)
+    assert mon.step == 6
+    for bad in (np.array(7.5), np.array([7]), True):
+        with pytest.raises(TypeError, match="step must be an integer"):
+            mon.update(step=bad, loss=1.0)
+    for shape in (np.ones((2, 2)), 3.0):  # not one value per layer: refused, not flattened
+        with pytest.raises(ValueError, match=r"layer_grad_norms must be one value per layer \(1-D\)"):
+            mon.update(loss=1.0, layer_grad_norms=shape)
+    assert mon.step == 6
 
 
 def test_nonfinite_is_a_critical_event_and_statistics_are_untouched():

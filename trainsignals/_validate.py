@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from functools import cache
 from typing import Any
 
@@ -81,12 +82,17 @@ def to_step(x: Any) -> int:
     """
     if type(x) is int:  # the usual step
         s = x
-    elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
-        s = int(x)
+    elif isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"step must be an integer, got {type(x).__name__} {x!r}")
     elif isinstance(x, (float, np.floating)) and math.isfinite(x) and float(x).is_integer():
         s = int(x)
+    elif isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iuf":  # a 0-d array, as signals take
+        return to_step(x.item())
     else:
-        raise TypeError(f"step must be an integer, got {type(x).__name__} {x!r}")
+        try:  # NumPy integers, and the 0-d integer tensors of torch and JAX (a step counter)
+            s = operator.index(x)
+        except TypeError:
+            raise TypeError(f"step must be an integer, got {type(x).__name__} {x!r}") from None
     if not -_STEP_LIMIT < s < _STEP_LIMIT:
         raise ValueError(f"step must be below 2**62 in size, got {s}")
     return s

@@ -139,9 +139,11 @@ def _number(name: str, v: Any) -> float:
 def _vector(name: str, values: Any, n: int | None = None) -> np.ndarray:
     try:
         with np.errstate(over="ignore"):
-            vec = np.asarray(values, dtype=np.float64).reshape(-1)
+            vec = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"{name} values must be real numbers") from exc
+    if vec.ndim != 1:  # a number, or a matrix: not one value per layer (flattened, it would name other layers)
+        raise ValueError(f"{name} must be one value per layer (1-D), got shape {vec.shape}")
     if n is not None and len(vec) != n:
         raise ValueError(f"{name} must have one value per layer: {n} layers, got {len(vec)} values")
     return vec
