@@ -202,11 +202,41 @@ def test_replay_keeps_its_messages(tmp_path: Path, trace: Path, capsys: pytest.C
     empty.mkdir()
     code, err = outcome(["replay", str(empty)], capsys)
     assert code == 3 and last_line(err) == f"error: no traces or logs in {empty}"
-    code, err = outcome(["replay", str(trace), "--map", "loss"], capsys)
-    assert code == 3 and "--map takes OURS=THEIRS" in last_line(err)
-    for flag in ("--processes", "--log-every", "--total-steps"):
-        code, err = outcome(["replay", str(trace), flag, "0"], capsys)
-        assert code == 3 and last_line(err) == f"error: {flag} must be >= 1"
+
+
+_MAP_SYNTAX = "expected OURS=THEIRS (e.g. loss=train/loss; lr= skips lr)"
+_BAD_TRACE_OPTIONS = [
+    (["--map", "loss"], f"argument --map: {_MAP_SYNTAX}, got 'loss'", ("replay", "plot", "convert")),
+    (["--map", "=a"], f"argument --map: {_MAP_SYNTAX}, got '=a'", ("replay", "plot", "convert")),
+    (["--map", "los=a"], "argument --map: 'los' in 'los=a' is not one of our signals (loss, grad_norm, lr, "
+                         "update_ratio, val_loss, val_metric, pred_top_share, pred_spread)", ("replay", "convert")),
+    (["--processes", "0"], "argument --processes: must be >= 1, got 0", ("replay",)),
+    (["--log-every", "0"], "argument --log-every: must be >= 1, got 0", ("replay", "plot")),
+    (["--total-steps", "-5"], "argument --total-steps: must be >= 1, got -5", ("replay", "plot")),
+]
+
+
+@pytest.mark.parametrize(("command", "argv", "message"),
+                         [(c, argv, msg) for argv, msg, commands in _BAD_TRACE_OPTIONS for c in commands])
+def test_trace_commands_refuse_bad_option_values_while_parsing(command: str, argv: list[str], message: str,
+                                                               trace: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A usage error is argparse's status 2 for every command: replay and watch (where 2 is also a
+    critical event) too, never replay's 3 ("unreadable") or convert's 1 ("failed")."""
+    out = {"plot": ["-o", str(tmp_path / "out.png")], "convert": ["-o", str(tmp_path / "out.arrow")]}
+    code, err = outcome([command, str(trace), *out.get(command, []), *argv], capsys)
+    assert code == 2
+    assert last_line(err) == f"trainsignals {command}: error: {message}"
+    assert err.startswith(f"usage: trainsignals {command}")
+    assert not (tmp_path / "out.png").exists() and not (tmp_path / "out.arrow").exists()
+
+
+def test_a_signal_mapped_twice_is_a_usage_error(trace: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["replay", str(trace)], ["convert", str(trace), "-o", str(tmp_path / "x.arrow")]):
+        code, err = outcome([*argv, "--map", "loss=a", "loss=b"], capsys)
+        assert code == 2
+        assert err == f"trainsignals {argv[0]}: error: --map names 'loss' twice (loss=a and loss=b); give it once\n"
 
 
 def test_plot_and_convert_name_the_missing_folder(tmp_path: Path, trace: Path,
@@ -218,8 +248,6 @@ def test_plot_and_convert_name_the_missing_folder(tmp_path: Path, trace: Path,
     out = tmp_path / "nodir" / "x.arrow"
     code, err = outcome(["convert", str(csv), "-o", str(out), "--map", "loss=a"], capsys)
     assert code == 1 and f"the folder {str(out.parent)!r} does not exist" in last_line(err)
-    code, err = outcome(["convert", str(csv), "-o", str(tmp_path / "y.arrow"), "--map", "=a"], capsys)
-    assert code == 1 and "--map takes OURS=THEIRS" in last_line(err)
     pytest.importorskip("matplotlib")
     code, err = outcome(["plot", str(trace), "-o", str(tmp_path / "nodir" / "x.png")], capsys)
     assert code == 1 and str(tmp_path / "nodir" / "x.png") in last_line(err)
@@ -266,3 +294,21 @@ def test_a_run_index_for_a_trace_is_refused_not_ignored(tmp_path: Path, capsys: 
         replay_source(path, run_index=5)
     assert main(["replay", str(path), "--run-index", "5"]) == 3  # replay's status for a source it cannot read
     assert "is a trace, which holds one run" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes")
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--markdown"], ["COPY"]])
+def test_a_reader_that_goes_away_stops_replay_quietly(trace: Path, extra: list[str]) -> None:
+    """``trainsignals replay ... | head -1``: no BrokenPipeError traceback; status 141 (128 + SIGPIPE),
+    as a shell reports a Unix tool stopped by SIGPIPE; through print() and through rich alike."""
+    from trainsignals.cli.options import EXIT_BROKEN_PIPE
+
+    paths = [str(trace), str(trace)] if extra == ["COPY"] else [str(trace)]  # two runs: rich's summary table
+    opts = [] if extra == ["COPY"] else extra
+    proc = subprocess.Popen([*COMMAND, "replay", *paths, *opts, "--processes", "1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before anything is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == EXIT_BROKEN_PIPE == 141
+    assert err == ""

@@ -632,3 +632,165 @@ def test_sniffing_text_files(tmp_path):
     prose.write_text("epoch 1 done\nepoch 2 done, loss 0.9\n")
     with pytest.raises(ValueError, match="cannot tell the format"):
         import_run(prose)
+
+
+# --------------------------------------------------------------------------------------------
+# CSV headers as pandas and hand-rolled writers leave them; the step column in any case
+
+
+def test_pandas_index_column_is_ignored(tmp_path):
+    """``DataFrame.to_csv()`` writes the row index as an unnamed first column: not a signal, not an error."""
+    p = tmp_path / "df.csv"
+    p.write_text(",step,loss,val_loss\n0,0,2.0,\n1,10,1.5,1.75\n2,20,1.0,\n")
+    run = import_run(p)
+    assert run.tool == "csv" and run.steps.tolist() == [0, 10, 20]
+    assert same(values(run.signals["loss"]), [2.0, 1.5, 1.0])
+    assert same(values(run.signals["val_loss"]), [None, 1.75, None])
+    assert run.extra == {} and run.metadata["columns"] == ["step", "loss", "val_loss"]
+    assert run.metadata["ignored_columns"] == {"column 1": "no name and the row numbers 0, 1, 2, ... (pandas' index)"}
+    # the same file under a name that is sniffed (Keras' training.log style)
+    txt = tmp_path / "log.txt"
+    txt.write_text(p.read_text())
+    assert import_run(txt).steps.tolist() == [0, 10, 20]
+
+
+def test_trailing_comma_is_ignored(tmp_path):
+    every_line = tmp_path / "a.csv"
+    every_line.write_text("step,loss,\n0,2.0,\n1,1.5,\n")
+    data_only = tmp_path / "b.csv"
+    data_only.write_text("step,loss\n0,2.0,\n1,1.5,\n")
+    for p in (every_line, data_only):
+        run = import_run(p)
+        assert run.steps.tolist() == [0, 1] and same(values(run.signals["loss"]), [2.0, 1.5]), p
+        assert run.metadata["columns"] == ["step", "loss"]
+    assert "column 3" in import_run(every_line).metadata["ignored_columns"]
+
+
+def test_other_unnamed_columns_are_still_refused(tmp_path):
+    middle = tmp_path / "m.csv"
+    middle.write_text("step,,loss\n0,5,2.0\n1,6,1.5\n")
+    with pytest.raises(ValueError, match="header row has no name for column 2; name it"):
+        import_csv(middle)
+    not_an_index = tmp_path / "i.csv"  # an unnamed first column that is not 0, 1, 2, ...: data, not pandas' index
+    not_an_index.write_text(",loss\n5,2.0\n7,1.5\n")
+    with pytest.raises(ValueError, match="header row has no name for column 1"):
+        import_csv(not_an_index)
+    trailing_values = tmp_path / "t.csv"  # an unnamed last column that holds values
+    trailing_values.write_text("step,loss,\n0,2.0,3\n1,1.5,4\n")
+    with pytest.raises(ValueError, match="no name for column 3"):
+        import_csv(trailing_values)
+    extra_values = tmp_path / "x.csv"  # cells past the header that hold values
+    extra_values.write_text("step,loss\n0,2.0,9\n")
+    with pytest.raises(ValueError, match="row 1 has 3 cells but the header has 2"):
+        import_csv(extra_values)
+
+
+@pytest.mark.parametrize("name", ["Step", "STEP", "Global_Step", "GLOBAL_STEP", "Iteration"])
+def test_step_column_matches_in_any_case(tmp_path, name):
+    p = tmp_path / "log.csv"
+    p.write_text(f"{name},Loss\n0,2.0\n10,1.5\n20,1.0\n")
+    run = import_run(p)
+    assert run.steps.tolist() == [0, 10, 20]
+    assert run.metadata["step_column"] == name and "notes" not in run.metadata
+    assert same(values(run.signals["loss"]), [2.0, 1.5, 1.0])
+    j = tmp_path / "log.jsonl"
+    j.write_text("".join(json.dumps({name: s, "loss": 1.0}) + "\n" for s in (5, 6)))
+    assert import_run(j).steps.tolist() == [5, 6]
+
+
+def test_step_column_exact_name_wins_and_explicit_names_match_in_any_case(tmp_path):
+    p = tmp_path / "log.csv"
+    p.write_text("Step,step,loss\n100,0,2.0\n200,1,1.5\n")
+    assert import_csv(p).steps.tolist() == [0, 1]
+    assert import_csv(p, step_column="STEP").steps.tolist() == [100, 200]  # no exact 'STEP': the first in any case
+
+
+def test_missing_step_message_fits_the_importer(tmp_path):
+    p = tmp_path / "log.csv"
+    p.write_text("step,loss\n0,2.0\n,1.5\n")
+    with pytest.raises(ValueError, match=r"data row 2 has no step in 'step': every data row needs one \(fill it in "
+                                         r"or drop the data row; in Python, import_csv\(\.\.\., step_column=None\)"):
+        import_run(p)
+    metrics = tmp_path / "metrics.csv"  # Lightning's importer has no step_column: it is not suggested
+    metrics.write_text("epoch,step,train_loss_step,lr-SGD\n0,0,2.0,0.1\n0,,1.5,0.1\n")
+    with pytest.raises(ValueError, match=r"needs one \(fill it in or drop the data row\)$"):
+        import_run(metrics)
+
+
+# --------------------------------------------------------------------------------------------
+# run_index for every format that can hold several runs; folders read by the file at their top
+
+
+def test_hf_trainer_state_takes_run_index(tmp_path):
+    p = tmp_path / "trainer_state.json"
+    first = [{"step": s, "loss": 3.0 - 0.01 * s, "epoch": 0.1} for s in (10, 20, 30)]
+    second = [{"step": s, "loss": 2.0 - 0.01 * s, "epoch": 0.1} for s in (10, 20, 30, 40)]
+    p.write_text(json.dumps({"global_step": 40, "log_history": first + second}))
+    last = import_run(p)
+    assert last.steps.tolist() == [10, 20, 30, 40] and len(last.metadata["runs_in_file"]) == 2
+    assert any("--run-index" in n for n in last.notes)
+    run0 = import_run(p, run_index=0)
+    assert run0.steps.tolist() == [10, 20, 30] and same(values(run0.signals["loss"]), [2.9, 2.8, 2.7])
+    assert import_hf_trainer_state(p, run_index=0).steps.tolist() == [10, 20, 30]
+    with pytest.raises(ValueError, match="run_index 2 out of range: the file holds 2 run"):
+        import_run(p, run_index=2)
+
+
+def test_hf_output_folder_is_read_by_its_trainer_state_not_its_tensorboard_runs(tmp_path):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "output"
+    _write_events(out / "runs" / "Nov30_12-00-00_host", [(1, "train/loss", 9.0)])
+    _write_events(out / "runs" / "Dec01_08-00-00_host", [(1, "train/loss", 8.0)])
+    state = {"log_history": [{"step": s, "loss": 1.0 / s} for s in range(1, 6)]}
+    (out / "trainer_state.json").write_text(json.dumps(state))
+    run = import_run(out)
+    assert run.tool == "hf-trainer" and run.source == str(out / "trainer_state.json")
+    assert run.steps.tolist() == [1, 2, 3, 4, 5]
+    lf = tmp_path / "llama_factory"  # LLaMA-Factory's output folder: trainer_log.jsonl at the top
+    _write_events(lf / "runs" / "x", [(1, "train/loss", 9.0)])
+    (lf / "trainer_log.jsonl").write_text("".join(json.dumps({"current_steps": s, "loss": 1.0}) + "\n"
+                                                  for s in (1, 2)))
+    run = import_run(lf)
+    assert run.tool == "jsonl" and run.source == str(lf / "trainer_log.jsonl") and run.steps.tolist() == [1, 2]
+
+
+def test_tensorboard_folder_with_several_runs_is_refused_naming_them(tmp_path):
+    pytest.importorskip("tensorboard")
+    runs = tmp_path / "runs"
+    _write_events(runs / "a", [(0, "loss", 1.0), (1, "loss", 0.5)])
+    _write_events(runs / "b", [(0, "loss", 9.0), (1, "loss", 8.0)])
+    with pytest.raises(ValueError, match=r"holds 2 TensorBoard runs, which are not merged: .*runs/a, .*runs/b; "
+                                         r"point at one of them"):
+        import_run(runs)
+    assert import_run(runs / "a").steps.tolist() == [0, 1]
+    # one run's own subfolders are not runs: Keras' train/validation, add_scalars' <tag>_<name>
+    one = tmp_path / "one"
+    _write_events(one, [(0, "loss", 1.0)])
+    _write_events(one / "Loss_val", [(0, "Loss", 2.0)])
+    assert import_run(one).metadata["runs"] == ["", "Loss_val"]
+
+
+def test_tensorboard_run_index_other_than_the_one_run_is_refused(tmp_path):
+    pytest.importorskip("tensorboard")
+    _write_events(tmp_path / "tb", [(0, "loss", 1.0), (1, "loss", 0.5)])
+    for k in (0, -1):
+        assert import_run(tmp_path / "tb", run_index=k).steps.tolist() == [0, 1]
+    with pytest.raises(ValueError, match="run_index 1: a TensorBoard log is read as one run"):
+        import_run(tmp_path / "tb", run_index=1)
+
+
+def test_truncated_tensorboard_file_is_read_up_to_the_damage_with_a_warning(tmp_path):
+    pytest.importorskip("tensorboard")
+    _write_events(tmp_path / "tb", [(s, "train/loss", 1.0 / (s + 1)) for s in range(400)])
+    (f,) = (tmp_path / "tb").iterdir()
+    whole = import_tensorboard(f)
+    assert "damaged_files" not in whole.metadata and whole.notes == []
+    data = f.read_bytes()
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / f.name).write_bytes(data[: len(data) // 2 + 7])  # a copy cut short mid-record
+    with pytest.warns(importers.LogDamagedWarning, match=r"damaged event file .*: its records end at byte"):
+        run = import_run(cut)
+    assert 100 < len(run.steps) < 400  # what is complete was read
+    assert list(run.metadata["damaged_files"]) == [str(cut / f.name)]
+    assert any(n.startswith(f"damaged event file {cut / f.name}: its records end at byte") for n in run.notes)

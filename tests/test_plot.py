@@ -76,3 +76,25 @@ def test_matplotlib_is_imported_only_to_plot() -> None:
             "assert 'matplotlib' not in sys.modules, 'imported'; "
             "import trainsignals.io.plot; assert 'matplotlib' not in sys.modules, 'plot module'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_output_name_and_folder(tmp_path: Path) -> None:
+    """``output`` without a suffix gets ``.png`` (matplotlib's own rule, now said); a folder is refused
+    instead of becoming ``folder.png`` beside it."""
+    from trainsignals.io.plot import _png_path
+
+    write_trace(tmp_path / "ok.arrow", **_signals(200))
+    plot_run(tmp_path / "ok.arrow", tmp_path / "fig")
+    assert (tmp_path / "fig.png").is_file() and not (tmp_path / "fig").exists()
+    assert _png_path(tmp_path / "fig") == str(tmp_path / "fig.png")
+    assert _png_path(tmp_path / "fig.svg") == str(tmp_path / "fig.svg")
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    with pytest.raises(ValueError, match=r"output '.*figures' is a folder; give the image's file name, e\.g\. "):
+        plot_run(tmp_path / "ok.arrow", folder)
+    assert not (tmp_path / "figures.png").exists()
+    # a log holding only a validation loss draws too
+    csv = tmp_path / "v.csv"
+    csv.write_text("step,val_loss\n0,1.0\n100,0.9\n200,0.8\n")
+    fig = plot_run(csv, tmp_path / "v.png")
+    assert "validation loss" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

@@ -375,3 +375,70 @@ def test_a_sparse_log_leaves_warming_up_after_eight_rows_in_replay_as_in_streami
     again = ts.Monitor(total_steps=int(every[-1] - every[0]) + 50, log_every=50)
     again.load_state_dict(snap)
     assert n_loss < 20 and told.status == "healthy" and again.status == "warming_up"
+
+
+# -- strict JSON, a trace's own total_steps, traces given a tool or a mapping -------------------
+def _strict(text: str) -> Any:
+    def refuse(token: str) -> None:
+        raise AssertionError(f"bare {token} in JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_to_json_writes_non_finite_metadata_as_strings(tmp_path: Path) -> None:
+    """A diverged HF run's summary holds ``"train_loss": NaN``: the report's JSON stays strict."""
+    p = tmp_path / "nan_meta.arrow"
+    write_trace(p, step=np.arange(50), loss=np.linspace(2.0, 1.0, 50),
+                metadata={"train_summary": {"train_loss": math.nan, "grad": [math.inf, 1.0]}, "best": -math.inf})
+    rep = replay(p)
+    doc = _strict(rep.to_json())
+    assert doc["metadata"]["train_summary"] == {"train_loss": "nan", "grad": ["inf", 1.0]}
+    assert doc["metadata"]["best"] == "-inf"
+    assert math.isnan(rep.metadata["train_summary"]["train_loss"])  # the report itself keeps the numbers
+    assert '"train_loss": "nan"' in rep.to_text()
+
+
+def test_replay_takes_total_steps_from_the_trace_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As ``trainsignals watch`` does: a trace that says how long its run is gets that run length."""
+    from trainsignals.io import report as report_module
+
+    made: list[dict[str, Any]] = []
+
+    class Spy(ts.Monitor):
+        def __init__(self, **kw: Any) -> None:
+            made.append(kw)
+            super().__init__(**kw)
+
+    monkeypatch.setattr(report_module, "Monitor", Spy)
+    p = tmp_path / "planned.arrow"
+    write_trace(p, step=np.arange(300), loss=np.linspace(2.0, 1.0, 300), metadata={"total_steps": 10_000})
+    replay(p)
+    replay(p, total_steps=500)  # told: that wins
+    q = tmp_path / "unplanned.arrow"
+    write_trace(q, step=np.arange(300), loss=np.linspace(2.0, 1.0, 300), metadata={"total_steps": "soon"})
+    replay(q)
+    assert [m["total_steps"] for m in made] == [10_000, 500, 300]
+
+
+def test_a_trace_is_replayed_as_a_trace_whatever_tool_and_mapping_say(tmp_path: Path) -> None:
+    from trainsignals.io.report import replay_source
+
+    p = tmp_path / "run.arrow"
+    write_trace(p, step=np.arange(100), loss=np.linspace(2.0, 1.0, 100))
+    plain = replay_source(p)
+    for kw in ({"tool": "csv"}, {"mapping": {"loss": "myloss"}}, {"tool": "jsonl", "mapping": {"lr": None}}):
+        rep = replay_source(p, **kw)
+        assert rep.error is None and rep.steps == plain.steps == 100 and rep.events == plain.events
+        assert rep.notes[-1].startswith("read as a trace; ") and "not used (given for other tools' logs" in rep.notes[-1]
+    csv = tmp_path / "a.csv"
+    csv.write_text("step,myloss\n" + "".join(f"{i},{2 - i / 100}\n" for i in range(100)))
+    reports = replay_many(tmp_path, processes=1, progress=False, mapping={"loss": "myloss"})
+    assert [(Path(r.source).name, r.error, r.steps) for r in reports] == [("a.csv", None, 100), ("run.arrow", None, 100)]
+
+
+def test_a_trace_without_a_loss_says_what_was_judged(tmp_path: Path) -> None:
+    p = tmp_path / "val_only.arrow"
+    write_trace(p, step=[0, 100, 200], val_loss=([0, 100, 200], [1.0, 0.9, 0.8]))
+    rep = replay(p)
+    assert rep.error is None and rep.steps == 3 and rep.final_status == "warming_up"
+    assert any(n.startswith("no training loss in the trace") and "(val_loss) are checked" in n for n in rep.notes)

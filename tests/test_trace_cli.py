@@ -73,8 +73,10 @@ def test_replay_is_told_the_logging_interval_and_run_length(runs: Path, capsys: 
     told = json.loads(capsys.readouterr().out)["runs"][0]
     assert any("log_every=25) as asked" in n for n in told["notes"])
     for flag in ("--log-every", "--total-steps"):
-        assert run("replay", str(runs / "d_sparse.arrow"), flag, "0") == 3
-        assert f"{flag} must be >= 1" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as exc:  # refused while parsing: argparse's usage error
+            run("replay", str(runs / "d_sparse.arrow"), flag, "0")
+        assert exc.value.code == 2
+        assert f"argument {flag}: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_replay_json_and_markdown(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,8 +121,10 @@ def test_convert_round_trip_from_csv(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert run("replay", str(out), "--json") == 2  # the NaN loss
     got = json.loads(capsys.readouterr().out)["runs"][0]["events"]
     assert got == [e.to_dict() for e in direct]
-    assert run("convert", str(csv), "-o", str(tmp_path / "x.arrow"), "--map", "loss") == 1
-    assert "OURS=THEIRS" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        run("convert", str(csv), "-o", str(tmp_path / "x.arrow"), "--map", "loss")
+    assert exc.value.code == 2 and "OURS=THEIRS" in capsys.readouterr().err
+    assert not (tmp_path / "x.arrow").exists()
 
 
 def test_watch_follows_a_writer_until_it_closes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -185,3 +189,91 @@ def test_help_documents_exit_codes() -> None:
     text = sub.choices["replay"].format_help()
     assert "0 every run healthy" in text and "1 warnings only" in text and "2 a critical event" in text
     assert "130 interrupted" in sub.choices["watch"].format_help()
+
+
+# -- logs with only a validation loss; traces beside logs; strict JSON ------------------------
+def test_replay_and_plot_a_log_with_only_a_validation_loss(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tmp_path / "v.csv"
+    csv.write_text("step,val_loss\n0,1.0\n100,0.9\n200,0.8\n")
+    state = tmp_path / "eval_only" / "trainer_state.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({"log_history": [{"step": s, "epoch": s / 100, "eval_loss": 1.0 / s}
+                                                 for s in (100, 200, 300)]}))
+    for src, steps in ((csv, 3), (state, 3)):
+        assert run("replay", str(src), "--json") == 0
+        rep = json.loads(capsys.readouterr().out)["runs"][0]
+        assert rep["error"] is None and rep["steps"] == steps
+        assert any(n.startswith("no training loss in the trace") for n in rep["notes"])
+    pytest.importorskip("matplotlib")
+    assert run("plot", str(csv), "-o", str(tmp_path / "v.png")) == 0
+    assert (tmp_path / "v.png").stat().st_size > 5_000
+
+
+def test_a_mapping_for_the_logs_leaves_the_traces_of_a_folder_alone(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    sig = healthy(200)
+    write_trace(tmp_path / "run.arrow", **sig)
+    (tmp_path / "a.csv").write_text("step,myloss\n" + "".join(f"{i},{float(v)!r}\n" for i, v in enumerate(sig["loss"])))
+    assert run("replay", str(tmp_path), "--map", "loss=myloss", "--json", "--processes", "1") == 0
+    runs = {Path(r["source"]).name: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert runs["a.csv"]["error"] is None and runs["run.arrow"]["error"] is None
+    assert runs["run.arrow"]["steps"] == runs["a.csv"]["steps"] == 200
+    assert run("replay", str(tmp_path / "run.arrow"), "--tool", "csv", "--json") == 0
+    rep = json.loads(capsys.readouterr().out)["runs"][0]
+    assert rep["error"] is None and any("read as a trace; tool 'csv' not used" in n for n in rep["notes"])
+
+
+def test_replay_json_is_strict_with_a_nan_in_the_metadata(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "trainer_state.json"
+    hist = [{"step": s, "loss": 2.0 / s, "learning_rate": 1e-4} for s in range(1, 60)]
+    hist.append({"step": 59, "train_runtime": 10.0, "train_loss": float("nan")})
+    state.write_text(json.dumps({"log_history": hist, "best_metric": float("inf")}))
+    assert "NaN" in state.read_text()
+    run("replay", str(state), "--json")
+    text = capsys.readouterr().out
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"bare {token} in --json output")
+
+    doc = json.loads(text, parse_constant=refuse)
+    meta = doc["runs"][0]["metadata"]
+    assert meta["train_summary"]["train_loss"] == "nan" and meta["best_metric"] == "inf"
+
+
+# -- plot -o, convert onto its source, watch of a missing file --------------------------------
+def test_plot_says_where_it_wrote(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    assert run("plot", str(runs / "a_ok.arrow"), "-o", str(tmp_path / "out")) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'out.png'}\n"
+    assert (tmp_path / "out.png").is_file() and not (tmp_path / "out").exists()
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    assert run("plot", str(runs / "a_ok.arrow"), "-o", str(folder)) == 1
+    assert f"output {str(folder)!r} is a folder; give the image's file name" in capsys.readouterr().err
+    assert list(folder.iterdir()) == [] and not (tmp_path / "figures.png").exists()
+
+
+def test_convert_refuses_to_write_over_its_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "x.csv"
+    text = "step,loss\n" + "".join(f"{i},{1.0 / (i + 1)}\n" for i in range(20))
+    src.write_text(text)
+    link = tmp_path / "link.csv"
+    link.symlink_to(src)
+    for out in (src, link, Path(str(tmp_path) + "/./x.csv")):
+        assert run("convert", str(src), "-o", str(out)) == 1
+        assert "is the log being converted" in capsys.readouterr().err
+    assert src.read_text() == text
+    assert run("convert", str(src), "-o", str(tmp_path / "x.arrow")) == 0
+
+
+def test_watch_says_what_happened_when_nothing_arrived(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.arrow"
+    assert run("watch", str(missing), "--timeout", "0.2", "--interval", "0.02") == 3
+    out, err = capsys.readouterr()
+    assert "healthy" not in out
+    assert err == f"error: {missing}: no such file (it did not appear within 0.2 s)\n"
+    empty = tmp_path / "empty.arrow"
+    TraceWriter(empty).close()  # a writer closed without a step
+    assert run("watch", str(empty), "--timeout", "5", "--interval", "0.02") == 3
+    out, err = capsys.readouterr()
+    assert "healthy" not in out and err == f"error: {empty}: the writer closed the trace without writing a step\n"

@@ -260,8 +260,9 @@ def test_empty_trace(tmp_path):
     assert t.num_rows == 0 and t.schema.names == trace_schema().names
     assert trace_metadata(p)["layer_names"] == ["a"]
     out = trace_signals(t)
-    assert list(out) == ["step"] and len(out["step"]) == 0
-    assert trace_events(t) == []
+    assert out == {}  # no signal, so no step to align one with
+    assert ts.Monitor().scan(**out) == [] and trace_events(t) == []
+    assert write_trace(tmp_path / "copy.arrow", **out) == 0
 
 
 # --------------------------------------------------------------------------- Monitor recording
@@ -658,3 +659,54 @@ def test_damaged_metadata_fields_read_as_empty(tmp_path, damage):
     assert got["metadata"] == ({"a": 1} if damage == b'{"a": 1}' else {})
     rep = replay_source(path)
     assert rep.error is None and rep.steps == 30
+
+
+# ------------------------------------------------------------------ a trace without a dense signal
+def test_a_trace_with_only_a_validation_loss_replays_and_copies(tmp_path):
+    """``step`` goes with the signals aligned with it: a trace holding only ``val_loss`` (its own
+    (steps, values) pair) must not hand ``scan`` a ``step`` with no signal beside it."""
+    p = tmp_path / "val.arrow"
+    steps = np.arange(0, 6000, 100)
+    val = np.r_[np.linspace(1.0, 0.6, 50), [np.nan] * 10]
+    assert write_trace(p, step=steps, val_loss=(steps, val)) == 60
+    out = trace_signals(p)
+    assert sorted(out) == ["val_loss"]
+    np.testing.assert_array_equal(out["val_loss"][0], steps)
+    events = ts.Monitor().scan(**out)
+    assert [(e.kind.value, e.step, e.signal) for e in events if e.kind.value == "nonfinite"] == [
+        ("nonfinite", 5000, "val_loss")]
+    copy = tmp_path / "copy.arrow"  # write_trace(p, **trace_signals(t)) copies it without a step=
+    assert write_trace(copy, **out) == 60
+    assert read_trace(copy).column("val_loss").to_pylist()[:2] == [1.0, pytest.approx(val[1])]
+    with pytest.raises(ValueError, match="loss is aligned with step, which is missing: give step="):
+        write_trace(tmp_path / "bad.arrow", loss=[1.0, 2.0])
+
+
+# ----------------------------------------------------------------------------- file permissions
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_written_traces_get_the_permissions_open_gives(tmp_path):
+    """Written beside the target and renamed: the file gets 0o666 less the umask (not mkstemp's
+    0o600), and a file it replaces keeps its permissions."""
+    import stat
+
+    def mode(p: Path) -> int:
+        return stat.S_IMODE(p.stat().st_mode)
+
+    old = os.umask(0o027)
+    try:
+        new = tmp_path / "new.arrow"
+        write_trace(new, step=[0, 1], loss=[1.0, 0.5])
+        assert mode(new) == 0o640
+        new.chmod(0o604)
+        write_trace(new, step=[0, 1, 2], loss=[1.0, 0.5, 0.2])
+        assert mode(new) == 0o604 and read_trace(new).num_rows == 3
+        # TraceWriter rewrites its file when it learns layer names after the first flush
+        live = tmp_path / "live.arrow"
+        with TraceWriter(live, flush_every=1) as w:
+            w.write(0, loss=1.0)
+            w.flush()
+            w.write(1, loss=0.9, layer_grad_norms={"fc": 1.0})
+        assert trace_metadata(live)["layer_names"] == ["fc"] and mode(live) == 0o640
+        assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+    finally:
+        os.umask(old)

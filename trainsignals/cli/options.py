@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["USER_ERRORS", "UsageError", "error_message", "nonnegative_float", "nonnegative_int",
-           "positive_float", "positive_int", "run_command"]
+__all__ = ["EXIT_BROKEN_PIPE", "USER_ERRORS", "UsageError", "error_message", "nonnegative_float",
+           "nonnegative_int", "positive_float", "positive_int", "run_command"]
 
 
 class UsageError(ValueError):
@@ -27,6 +27,11 @@ class UsageError(ValueError):
 #: missing, of the wrong kind or not readable. Anything else is a bug and keeps its traceback.
 USER_ERRORS: tuple[type[Exception], ...] = (UsageError, FileNotFoundError, FileExistsError, IsADirectoryError,
                                             NotADirectoryError, PermissionError)
+
+
+#: Exit status when stdout's reader went away (``| head``): 128 + SIGPIPE, as a shell reports a
+#: Unix tool stopped by SIGPIPE.
+EXIT_BROKEN_PIPE = 141
 
 
 def _integer(text: str, least: int, what: str) -> int:
@@ -111,10 +116,28 @@ def run_command(prog: str, func: Callable[[argparse.Namespace], Any], args: argp
 
     Returns:
         ``func``'s exit status, or 2 (argparse's status for a usage error) after printing
-        ``<prog>: error: <message>`` on stderr.
+        ``<prog>: error: <message>`` on stderr, or :data:`EXIT_BROKEN_PIPE` (141), silently,
+        when stdout's reader went away (``| head``).
     """
     try:
-        return int(func(args))
+        code = int(func(args))
+        sys.stdout.flush()  # a reader that went away is found here, not at exit
+        return code
     except USER_ERRORS as exc:
         sys.stderr.write(f"{prog}: error: {error_message(exc)}\n")
         return 2
+    except BrokenPipeError:  # ``trainsignals replay runs/ | head -1``: stop quietly, as Unix tools do
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's last flush cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test's capture)
+        pass

@@ -19,13 +19,20 @@ import os
 import sys
 import textwrap
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainsignals.cli.options import error_message, nonnegative_float, positive_float, positive_int
+from trainsignals.cli.options import (
+    UsageError,
+    error_message,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+)
 from trainsignals.io._console import make_console
 from trainsignals.io.report import (
     EXIT_UNREADABLE,
@@ -47,11 +54,13 @@ __all__ = ["EXIT_INTERRUPTED", "TraceTail", "add_trace_commands"]
 EXIT_INTERRUPTED = 130
 
 _EXIT_HELP = """exit status: 0 every run healthy (no warning or critical event); 1 warnings only;
-2 a critical event in some run (non-finite values, divergence, repeated spikes...);
-3 a trace could not be read. With several runs, the largest applies."""
+2 a critical event in some run (non-finite values, divergence, repeated spikes...), or a bad
+option (a usage line on stderr, nothing on stdout); 3 a trace or log could not be read; 141 the
+reader of the output went away (| head). With several runs, the largest applies."""
 
 _WATCH_EXIT_HELP = """exit status: 0 healthy (no warning or critical event); 1 warnings only; 2 a critical
-event; 3 the file is not a trace, or no step arrived; 130 interrupted (Ctrl-C)."""
+event, or a bad option; 3 the file is not a trace, never appeared, or no step arrived;
+130 interrupted (Ctrl-C)."""
 
 
 def _wrap(text: str) -> str:
@@ -83,7 +92,7 @@ def add_trace_commands(subparsers: Any) -> None:
     out.add_argument("--json", action="store_true",
                      help='print {"exit_code": N, "runs": [report, ...]} as JSON')
     out.add_argument("--markdown", action="store_true", help="print a Markdown report")
-    r.add_argument("--processes", type=int, default=None,
+    r.add_argument("--processes", type=positive_int, default=None,
                    help="worker processes for many traces (default: one per CPU; 1: in this process)")
     r.add_argument("--progress", action="store_true",
                    help="show a progress bar on stderr (default: only when stderr is a terminal)")
@@ -95,7 +104,7 @@ def add_trace_commands(subparsers: Any) -> None:
         "plot", help="draw a trace: signals, events and status on shared steps (needs matplotlib)",
         description=_wrap("Replay a trace and draw loss and grad norm, learning rate, update ratio, "
                     "per-layer grad norms, every event (onset -> detection) and the status band."),
-        epilog="exit status: 0 written; 1 failed (message on stderr).", formatter_class=fmt)
+        epilog="exit status: 0 written; 1 failed (message on stderr); 2 a bad option.", formatter_class=fmt)
     p.add_argument("path", metavar="PATH", help="trace file, or a log convert reads")
     p.add_argument("-o", "--output", required=True, help="PNG to write")
     p.add_argument("--dpi", type=positive_int, default=110, help="resolution (default 110)")
@@ -126,30 +135,45 @@ def add_trace_commands(subparsers: Any) -> None:
         "convert", help="turn another tool's logs into a trace (HF Trainer, Lightning, CSV, JSONL, TensorBoard)",
         description=_wrap("Import a run logged by another tool (trainsignals.io.importers) and write it as a "
                     "trace that replay, plot and watch read."),
-        epilog="exit status: 0 written; 1 failed (message on stderr).", formatter_class=fmt)
+        epilog="exit status: 0 written; 1 failed (message on stderr); 2 a bad option.", formatter_class=fmt)
     c.add_argument("src", metavar="SRC", help="trainer_state.json, metrics.csv, a CSV/JSONL file or a TensorBoard folder")
     c.add_argument("-o", "--output", required=True, help="trace to write (.arrow)")
     _import_options(c, TOOLS)
     c.set_defaults(func=_convert_cmd)
 
 
+def _map_item(text: str) -> str:
+    """Argparse type of a ``--map`` item: ``OURS=THEIRS`` (or ``OURS=``), OURS one of our signals."""
+    from trainsignals.io.importers import SIGNALS
+
+    ours, sep, _ = text.partition("=")
+    if not sep or not ours.strip():
+        raise argparse.ArgumentTypeError(f"expected OURS=THEIRS (e.g. loss=train/loss; lr= skips lr), got {text!r}")
+    if ours.strip() not in SIGNALS:
+        raise argparse.ArgumentTypeError(f"{ours.strip()!r} in {text!r} is not one of our signals "
+                                         f"({', '.join(SIGNALS)})")
+    return text
+
+
 def _import_options(parser: argparse.ArgumentParser, tools: Sequence[str]) -> None:
     """``--tool``, ``--map`` and ``--run-index``: how to read another tool's log."""
     parser.add_argument("--tool", choices=tools, default=None,
-                        help="format of a log (default: guessed from its name and content)")
-    parser.add_argument("--map", nargs="+", action="extend", default=[], metavar="OURS=THEIRS",
+                        help="format of the logs (default: guessed from each name and content; traces are "
+                             "read as traces)")
+    parser.add_argument("--map", nargs="+", action="extend", default=[], metavar="OURS=THEIRS", type=_map_item,
                         help="our signal = their column, e.g. --map loss=train/loss grad_norm=gn; "
-                             "OURS= skips a signal (default: each tool's usual names)")
+                             "OURS= skips a signal (default: each tool's usual names; not used for traces)")
     parser.add_argument("--run-index", type=int, default=-1, metavar="N",
                         help="which run of a log holding several (the step restarts); default the last (-1)")
 
 
 def _monitor_options(parser: argparse.ArgumentParser) -> None:
     """``--log-every`` and ``--total-steps``: what the default Monitor is told about the run."""
-    parser.add_argument("--log-every", type=int, default=None, metavar="N",
+    parser.add_argument("--log-every", type=positive_int, default=None, metavar="N",
                         help="steps between two logged values (default: the median gap between the losses)")
-    parser.add_argument("--total-steps", type=int, default=None, metavar="N",
-                        help="the run's length in steps (default: the steps the log spans)")
+    parser.add_argument("--total-steps", type=positive_int, default=None, metavar="N",
+                        help="the run's length in steps (default: the trace metadata's total_steps, else "
+                             "the steps the log spans)")
 
 
 # -- replay -------------------------------------------------------------------------------
@@ -199,8 +223,8 @@ def _print_rich(console: Console, reports: Sequence[Report]) -> None:
 
 def _replay_cmd(args: argparse.Namespace) -> int:
     err = _console(stderr=True)
+    mapping = _parse_map(args.map)  # a UsageError: status 2, as argparse's
     try:
-        mapping = _parse_map(args.map)
         files = expand_sources(args.paths)
     except (FileNotFoundError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}", markup=True)
@@ -208,11 +232,6 @@ def _replay_cmd(args: argparse.Namespace) -> int:
     if not files:
         err.print(f"[red]error:[/] no traces or logs in {', '.join(args.paths)}")
         return EXIT_UNREADABLE
-    for flag, given in (("--processes", args.processes), ("--log-every", args.log_every),
-                        ("--total-steps", args.total_steps)):
-        if given is not None and given < 1:
-            err.print(f"[red]error:[/] {flag} must be >= 1")
-            return EXIT_UNREADABLE
     processes = args.processes if args.processes is not None else (1 if len(files) == 1 else None)
     progress = True if args.progress else (len(files) > 1 and sys.stderr.isatty())
     reports = replay_many(files, processes=processes, progress=progress, tool=args.tool, mapping=mapping or None,
@@ -241,21 +260,22 @@ def _replay_cmd(args: argparse.Namespace) -> int:
 # -- plot ---------------------------------------------------------------------------------
 def _plot_cmd(args: argparse.Namespace) -> int:
     err = _console(stderr=True)
+    mapping = _parse_map(args.map)
     try:
-        from trainsignals.io.plot import plot_run
+        from trainsignals.io.plot import _png_path, plot_run
         from trainsignals.io.report import replay_source
 
-        mapping = _parse_map(args.map)
+        output = _png_path(args.output)
         report = replay_source(args.path, tool=args.tool, mapping=mapping or None, run_index=args.run_index,
                                log_every=args.log_every, total_steps=args.total_steps)
-        plot_run(report, output=args.output, dpi=args.dpi)
+        plot_run(report, output=output, dpi=args.dpi)
     except ImportError as exc:
         err.print(f"[red]error:[/] plotting needs matplotlib: pip install 'trainsignals[plot]' ({exc})")
         return 1
     except (OSError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         return 1
-    print(f"wrote {args.output}")
+    print(f"wrote {output}")
     return 0
 
 
@@ -363,14 +383,12 @@ class _Watch:
         self.step_parts: list[np.ndarray] = []
 
     def feed(self, table: pa.Table) -> list[Any]:
-        from trainsignals.io.report import _measured
+        from trainsignals.io.report import _measured, _planned_steps
         from trainsignals.io.traces import trace_metadata, trace_signals
 
         if self.monitor is None:
             self.metadata = dict(trace_metadata(table)["metadata"])
-            total = self.total_steps or self.metadata.get("total_steps")
-            self.monitor = self.Monitor(total_steps=int(total) if isinstance(total, int | float) and total >= 1
-                                        else None)
+            self.monitor = self.Monitor(total_steps=self.total_steps or _planned_steps(table))
         if table.num_rows == 0:
             return []
         new = self.monitor.scan(**trace_signals(table))
@@ -482,6 +500,8 @@ def _watch_cmd(args: argparse.Namespace) -> int:
             live.stop()
         print(f"\ninterrupted: {w.line('stopped')}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout's reader went away: run_command stops quietly
+        raise
     except (TraceFormatError, OSError) as exc:  # not a trace, or a file that cannot be read
         if live_mode:
             live.stop()
@@ -490,33 +510,52 @@ def _watch_cmd(args: argparse.Namespace) -> int:
     if live_mode:
         live.update(_live_view(w, why))
         live.stop()
+    if w.rows == 0:  # nothing to judge: say why, not "healthy"
+        if not tail.path.exists():
+            what = f"no such file (it did not appear within {args.timeout:g} s)"
+        elif tail.closed:
+            what = "the writer closed the trace without writing a step"
+        else:
+            what = f"no step arrived (no growth for {args.timeout:g} s; the writer may still run)"
+        print(f"error: {args.path}: {what}", file=sys.stderr, flush=True)
+        return EXIT_UNREADABLE
     rep = w.report(why)
     print(rep.summary(), flush=True)
-    if w.monitor is None:
-        return EXIT_UNREADABLE
     return rep.exit_code
 
 
 # -- convert ------------------------------------------------------------------------------
 def _parse_map(items: Sequence[str]) -> dict[str, str | None]:
-    """``["loss=train/loss", "lr="]`` -> ``{"loss": "train/loss", "lr": None}`` (empty: do not import)."""
+    """``["loss=train/loss", "lr="]`` -> ``{"loss": "train/loss", "lr": None}`` (empty: do not import).
+
+    Raises:
+        UsageError: an item is not ``OURS=THEIRS``, or names a signal twice.
+    """
     out: dict[str, str | None] = {}
     for item in items:
         ours, sep, theirs = item.partition("=")
-        if not sep or not ours.strip():
-            raise ValueError(f"--map takes OURS=THEIRS (e.g. loss=train/loss; lr= skips lr), got {item!r}")
-        out[ours.strip()] = theirs.strip() or None
+        ours = ours.strip()
+        if not sep or not ours:
+            raise UsageError(f"--map takes OURS=THEIRS (e.g. loss=train/loss; lr= skips lr), got {item!r}")
+        if ours in out:
+            raise UsageError(f"--map names {ours!r} twice ({ours}={out[ours] or ''} and {item}); give it once")
+        out[ours] = theirs.strip() or None
     return out
 
 
 def _convert_cmd(args: argparse.Namespace) -> int:
-    from trainsignals.io.importers import import_run
+    from trainsignals.io.importers import LogDamagedWarning, import_run
     from trainsignals.io.report import imported_trace_kwargs
     from trainsignals.io.traces import write_trace
 
+    mapping = _parse_map(args.map)
     try:
-        mapping = _parse_map(args.map)
-        run = import_run(args.src, tool=args.tool, mapping=mapping or None, run_index=args.run_index)
+        if _same_file(args.src, args.output):
+            raise ValueError(f"-o {args.output} is the log being converted; write the trace to another file "
+                             "(e.g. run.arrow)")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LogDamagedWarning)  # printed below as a note
+            run = import_run(args.src, tool=args.tool, mapping=mapping or None, run_index=args.run_index)
         kwargs = imported_trace_kwargs(run)
         kwargs["metadata"]["converted_from"] = os.fspath(args.src)
         n = write_trace(args.output, **kwargs)
@@ -529,3 +568,14 @@ def _convert_cmd(args: argparse.Namespace) -> int:
     for note in run.notes:
         print(f"  note: {note}")
     return 0
+
+
+def _same_file(src: str | os.PathLike[str], output: str | os.PathLike[str]) -> bool:
+    """Whether writing ``output`` would replace ``src`` (the same path, or a link to it)."""
+    out, source = Path(output), Path(src)
+    try:
+        if out.exists() and source.exists() and os.path.samefile(out, source):
+            return True
+    except OSError:
+        pass
+    return out.resolve() == source.resolve()

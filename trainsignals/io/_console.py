@@ -48,9 +48,18 @@ def make_console(stderr: bool = False) -> Console:
 
     Returns:
         The console: terminal width on a terminal, :func:`output_width` columns elsewhere;
-        no syntax highlighting of numbers and paths (tables carry their own styles).
+        no syntax highlighting of numbers and paths (tables carry their own styles). A reader
+        that goes away (``| head``) raises ``BrokenPipeError``, which
+        :func:`trainsignals.cli.options.run_command` turns into a quiet exit, status 141.
     """
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit with status 1 here; the command's runner stops quietly with 141 (as
+            # a Unix tool stopped by SIGPIPE), as for the plain print()s
+            self.quiet = True
+            raise BrokenPipeError(32, "the reader of the output went away")
+
     width = output_width(sys.stderr if stderr else sys.stdout)
-    return Console(stderr=stderr, highlight=False, width=width)
+    return _Console(stderr=stderr, highlight=False, width=width)

@@ -22,7 +22,8 @@ wins and the number of conflicting values is reported in ``metadata["conflicts"]
 
 **Steps.** The step column is ``step`` (CSV/JSONL: ``step_column``, falling back to
 ``global_step``, ``trainer/global_step``, ``train/global_step``, ``_step``, ``iteration``,
-``iter``, ``current_steps``, ``total/steps``). When none of them exists, an ``epoch`` column
+``iter``, ``current_steps``, ``total/steps``; exact names first, then in any case, as ``Step`` or
+``Global_Step``). When none of them exists, an ``epoch`` column
 that holds an integer in every row, never the same in two consecutive rows (Keras ``CSVLogger``,
 Ultralytics ``results.csv``), is the x-axis (``metadata["step_unit"] == "epoch"``); otherwise the
 row order is the step (0, 1, 2, ...) and ``metadata["step_column"]`` is None. Steps must be
@@ -124,6 +125,7 @@ import math
 import os
 import re
 import shlex
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +144,7 @@ __all__ = [
     "STEP_ALIASES",
     "TOOLS",
     "ImportedRun",
+    "LogDamagedWarning",
     "NoSignalError",
     "import_csv",
     "import_hf_trainer_state",
@@ -219,6 +222,13 @@ class _NotNumber(Exception):
         super().__init__(value, row)
         self.value = value
         self.row = row
+
+
+class LogDamagedWarning(UserWarning):
+    """A log file was cut short or damaged: it was read up to the damage (the run's notes and
+    ``metadata["damaged_files"]`` say where). The twin of
+    :class:`trainsignals.io.traces.TraceDamagedWarning` for other tools' logs.
+    """
 
 
 class NoSignalError(ValueError):
@@ -483,16 +493,22 @@ def _resolve(source: str, what: str, columns: Sequence[str], defaults: Mapping[s
 
 
 def _find_step_column(source: str, columns: Sequence[str], step_column: str | None) -> str | None:
+    """The step column: ``step_column`` itself, else (for the default ``"step"``) the first of
+    :data:`STEP_ALIASES` present; exact names first, then case-insensitively (``Step``,
+    ``Global_Step``), as the signal columns are matched.
+    """
     if step_column is None:
         return None
     if not isinstance(step_column, str):
         raise ValueError(f"step_column must be a column name or None, got {step_column!r}")
-    if step_column in columns:
-        return step_column
-    if step_column != "step":
+    wanted = STEP_ALIASES if step_column == "step" else (step_column,)
+    hit = next((a for a in wanted if a in columns), None)
+    if hit is None:
+        hit = next((c for a in wanted for c in columns if c.lower() == a.lower()), None)
+    if hit is None and step_column != "step":
         raise ValueError(f"{source}: step column {step_column!r} not found; available: "
                          f"{', '.join(map(repr, list(columns)[:30])) or 'none'} (step_column=None: use row order)")
-    return next((a for a in STEP_ALIASES if a in columns), None)
+    return hit
 
 
 def _epoch_column(source: str, columns: dict[str, list[tuple[int, Any]]], n_rows: int) -> tuple[str | None, str]:
@@ -556,8 +572,10 @@ def _build(source: str, tool: str, what: str, row_label: str, n_rows: int, colum
                 raise ValueError(f"{source}: {row_label} {i + 1} has a step {cells.get(i)!r} in {step_col!r} "
                                  "that is not an integer") from None
             if s is None:
-                raise ValueError(f"{source}: {row_label} {i + 1} has no step in {step_col!r} "
-                                 "(step_column=None: use the row order)")
+                hint = (f"; in Python, import_{tool}(..., step_column=None) numbers the {row_label}s 0, 1, 2, ... "
+                        "instead" if tool in ("csv", "jsonl") else "")
+                raise ValueError(f"{source}: {row_label} {i + 1} has no step in {step_col!r}: every {row_label} "
+                                 f"needs one (fill it in or drop the {row_label}{hint})")
             if not -(2 ** 63) <= s < 2 ** 63:
                 raise ValueError(f"{source}: {row_label} {i + 1} has a step {cells.get(i)!r} in {step_col!r} "
                                  "beyond the 64-bit range steps are kept in")
@@ -709,7 +727,7 @@ def _records_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, list[tup
 
 
 def import_hf_trainer_state(path: str | os.PathLike[str],
-                            mapping: Mapping[str, str | None] | None = None) -> ImportedRun:
+                            mapping: Mapping[str, str | None] | None = None, run_index: int = -1) -> ImportedRun:
     """Read a Hugging Face ``Trainer`` ``trainer_state.json`` (saved in every checkpoint).
 
     ``log_history`` holds training entries (``loss``, ``grad_norm``, ``learning_rate``,
@@ -738,6 +756,9 @@ def import_hf_trainer_state(path: str | os.PathLike[str],
     Args:
         path: The ``trainer_state.json`` file, or a checkpoint directory containing it.
         mapping: Overrides, e.g. ``{"val_loss": "eval_nll"}``; None leaves a signal out.
+        run_index: Which run to read when ``log_history`` holds several (its steps go back to
+            the start, as after a restart that kept the old entries): 0 the first, -1 (the
+            default) the last.
 
     Returns:
         The run; ``metadata`` holds the file's other fields (``global_step``, ``max_steps``,
@@ -789,7 +810,7 @@ def import_hf_trainer_state(path: str | os.PathLike[str],
     if not entries:
         columns["step"] = []
     return _build(source, "hf-trainer", "key", "log_history entry", len(entries), columns, "step",
-                  DEFAULT_MAPPINGS["hf-trainer"], mp, metadata)
+                  DEFAULT_MAPPINGS["hf-trainer"], mp, metadata, run_index=run_index)
 
 
 def _refuse_single_object(text: str, source: str, expected: str) -> None:
@@ -860,7 +881,7 @@ def import_jsonl(path: str | os.PathLike[str], mapping: Mapping[str, str | None]
                             ``val/loss``, ``eval/loss``, ``validation/loss``, ``Loss/val``
     step                    ``step_column`` (default ``step``, then ``global_step``,
                             ``trainer/global_step``, ``train/global_step``, ``_step``,
-                            ``iteration``, ``iter``); none: the line order
+                            ``iteration``, ``iter``, ...; any case); none: the line order
     ======================= ======================================================================
 
     Args:
@@ -894,7 +915,7 @@ def import_jsonl(path: str | os.PathLike[str], mapping: Mapping[str, str | None]
 # CSV (generic, Lightning CSVLogger)
 
 
-def _read_csv(p: Path, source: str, expected: str) -> tuple[list[str], list[list[str]]]:
+def _read_csv(p: Path, source: str, expected: str) -> tuple[list[str], list[list[str]], dict[str, str]]:
     text = _read_text(p, expected)
     if text.lstrip()[:1] in ("{", "["):
         raise ValueError(f"{source} looks like JSON, not CSV; expected {expected}")
@@ -905,19 +926,44 @@ def _read_csv(p: Path, source: str, expected: str) -> tuple[list[str], list[list
     if not rows:
         raise ValueError(f"{source} is empty; expected {expected}")
     header = [h.strip() for h in rows[0]]
-    if any(not h for h in header):
-        raise ValueError(f"{source}: header row has an empty column name; expected {expected}")
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if dup:
-        raise ValueError(f"{source}: duplicate column name(s) {', '.join(map(repr, dup))} in the header")
     body = rows[1:]
     if not body:
         raise ValueError(f"{source} has a header but no data rows; expected {expected}")
+    header, body, ignored = _drop_unnamed_columns(header, body)
+    empty = [j + 1 + (1 if "column 1" in ignored else 0) for j, h in enumerate(header) if not h]
+    if empty:
+        raise ValueError(f"{source}: header row has no name for column {', '.join(map(str, empty))}; name it "
+                         "(an unnamed first column holding the row numbers 0, 1, 2, ... is taken as pandas' "
+                         "index and ignored, and so is an unnamed last column that is empty in every row); "
+                         f"expected {expected}")
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise ValueError(f"{source}: duplicate column name(s) {', '.join(map(repr, dup))} in the header")
     long = next((i for i, r in enumerate(body) if len(r) > len(header)), None)
     if long is not None:
         raise ValueError(f"{source}: row {long + 1} has {len(body[long])} cells but the header has "
                          f"{len(header)} columns; expected {expected}")
-    return header, body
+    return header, body, ignored
+
+
+def _drop_unnamed_columns(header: list[str], body: list[list[str]]) -> tuple[list[str], list[list[str]],
+                                                                           dict[str, str]]:
+    """Drop what a writer adds without meaning: cells past the header that are all empty (a trailing
+    comma on the data rows), an unnamed last column empty in every row (a trailing comma on every
+    line), an unnamed first column holding 0, 1, 2, ... (pandas' ``to_csv`` index). Returns the
+    header, the rows and ``{column: why it was ignored}``.
+    """
+    ignored: dict[str, str] = {}
+    n = len(header)
+    if any(len(r) > n and not any(c.strip() for c in r[n:]) for r in body):
+        body = [r[:n] if len(r) > n and not any(c.strip() for c in r[n:]) else r for r in body]
+    if n > 1 and not header[-1] and all(len(r) < n or not r[n - 1].strip() for r in body):
+        ignored[f"column {n}"] = "no name and empty in every row (a trailing comma)"
+        header, body, n = header[:-1], [r[:n - 1] for r in body], n - 1
+    if n > 1 and not header[0] and all(r and r[0].strip() == str(i) for i, r in enumerate(body)):
+        ignored["column 1"] = "no name and the row numbers 0, 1, 2, ... (pandas' index)"
+        header, body = header[1:], [r[1:] for r in body]
+    return header, body, ignored
 
 
 def _csv_columns(header: list[str], body: list[list[str]]) -> dict[str, list[tuple[int, Any]]]:
@@ -928,12 +974,15 @@ def _import_csv_like(path: str | os.PathLike[str], tool: str, mapping: Mapping[s
                      step_column: str | None, expected: str, run_index: int = -1) -> ImportedRun:
     p = _path(path)
     source = str(p)
-    header, body = _read_csv(p, source, expected)
+    header, body, ignored = _read_csv(p, source, expected)
     mp = _check_mapping(source, mapping)
     columns = _csv_columns(header, body)
     step_col = _find_step_column(source, header, step_column)
+    metadata: dict[str, Any] = {"rows": len(body), "columns": header}
+    if ignored:
+        metadata["ignored_columns"] = ignored
     run = _build(source, tool, "column", "data row", len(body), columns, step_col, DEFAULT_MAPPINGS[tool], mp,
-                 {"rows": len(body), "columns": header}, epoch_fallback=step_column == "step", run_index=run_index)
+                 metadata, epoch_fallback=step_column == "step", run_index=run_index)
     if not run.signals and not run.extra:
         raise ValueError(f"{source} has no numeric columns besides the step; expected {expected}")
     return run
@@ -946,7 +995,10 @@ def import_csv(path: str | os.PathLike[str], mapping: Mapping[str, str | None] |
     An empty cell (or ``none``, ``null``, ``na``, ``n/a``) is not measured; ``nan``, ``inf``,
     ``-inf`` are measured non-finite values. Beware: pandas' ``DataFrame.to_csv`` writes NaN as
     an empty cell, so a NaN it wrote reads back as "not measured". Rows sharing a step are merged.
-    Columns with text are skipped (listed in ``metadata["skipped_columns"]``).
+    Columns with text are skipped (listed in ``metadata["skipped_columns"]``). An unnamed first
+    column holding 0, 1, 2, ... (the index ``to_csv`` writes) and an unnamed last column empty
+    in every row (a trailing comma) are ignored and listed in ``metadata["ignored_columns"]``;
+    any other column without a name is an error.
 
     ======================= ======================================================================
     signal                  columns tried (first present wins, case-insensitive)
@@ -962,7 +1014,7 @@ def import_csv(path: str | os.PathLike[str], mapping: Mapping[str, str | None] |
                             ``val/loss``, ``eval/loss``, ``validation/loss``, ``Loss/val``
     step                    ``step_column`` (default ``step``, then ``global_step``,
                             ``trainer/global_step``, ``train/global_step``, ``_step``,
-                            ``iteration``, ``iter``); none: the row order
+                            ``iteration``, ``iter``, ...; any case); none: the row order
     ======================= ======================================================================
 
     Args:
@@ -1045,8 +1097,56 @@ def _is_event_file(p: Path) -> bool:
     return p.is_file() and "tfevents" in p.name
 
 
+_SPLIT_DIRS = frozenset({"train", "training", "validation", "valid", "val", "eval", "test"})
+"""Subfolders that split one run's event files (Keras: ``<run>/train``, ``<run>/validation``)."""
+
+
+def _tensorboard_runs(root: Path, files: Sequence[Path]) -> list[Path]:
+    """The runs event files below ``root`` belong to: each folder holding event files, a
+    :data:`_SPLIT_DIRS` subfolder counting as the folder above it, and a folder nested in a
+    run's folder that holds event files itself (``SummaryWriter.add_scalars`` writes
+    ``<run>/<tag>_<name>/``) counting as that run.
+    """
+    holders = {f.parent for f in files}
+    dirs: set[Path] = set()
+    for d in holders:
+        while d != root and d.name.lower() in _SPLIT_DIRS:
+            d = d.parent
+        dirs.add(d)
+    return sorted(d for d in dirs if not any(o != d and o in d.parents and o in holders for o in dirs))
+
+
+def _event_file_damage(f: Path) -> str | None:
+    """Why an event file's records do not end where the file does (a file cut short while the
+    writer ran or while it was copied, or broken record framing), or None. Reads the record
+    lengths only: the reader stops silently at the first incomplete or unreadable record.
+    """
+    import struct
+
+    try:
+        size = f.stat().st_size
+        with f.open("rb") as fh:
+            off = records = 0
+            while off < size:
+                head = fh.read(12)
+                if len(head) < 12:
+                    break
+                (length,) = struct.unpack("<Q", head[:8])
+                end = off + 12 + length + 4
+                if end > size:
+                    break
+                fh.seek(end)
+                off, records = end, records + 1
+    except OSError as exc:
+        return f"cannot be read to its end ({exc})"
+    if off == size:
+        return None
+    return (f"its records end at byte {off:,} of {size:,} (after {records:,} complete record(s)); the rest is "
+            "cut short or unreadable, and the values it held are missing")
+
+
 def import_tensorboard(path_or_dir: str | os.PathLike[str],
-                       mapping: Mapping[str, str | None] | None = None) -> ImportedRun:
+                       mapping: Mapping[str, str | None] | None = None, run_index: int = -1) -> ImportedRun:
     """Read the scalars of TensorBoard event files (``events.out.tfevents.*``).
 
     Needs the ``tensorboard`` package (``pip install trainsignals[tensorboard]``), imported only
@@ -1055,8 +1155,14 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
     scalar tensors (TF2 ``tf.summary.scalar``, Keras) are both read. A directory is searched
     recursively; when its event files sit in several subdirectories (Keras writes ``train/``
     and ``validation/``), each tag is prefixed with its subdirectory (``train/epoch_loss``).
-    Point at one run's directory: two runs' tags would not be merged. A tag logged twice at a
-    step keeps the last value (files read in name order, i.e. creation time).
+    A directory holding several runs (sibling folders with event files, as ``runs/<date>/``
+    of several Hugging Face or ``SummaryWriter`` runs) is refused, naming them: point at one.
+    Subfolders that belong to one run are ``train``, ``training``, ``validation``, ``valid``,
+    ``val``, ``eval``, ``test`` and any folder below one that holds event files itself
+    (``SummaryWriter.add_scalars``). A tag logged twice at a step keeps the last value (files
+    read in name order, i.e. creation time). An event file whose records stop before its end
+    (cut short while written or copied, or damaged) is read up to the damage, with a note
+    (``metadata["damaged_files"]``) and a :class:`LogDamagedWarning`.
 
     ======================= ======================================================================
     signal                  tags tried (first present wins, case-insensitive)
@@ -1079,6 +1185,9 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
     Args:
         path_or_dir: An event file, or a directory holding them (searched recursively).
         mapping: Overrides by tag, e.g. ``{"loss": "Loss/train_step", "val_loss": "Loss/dev"}``.
+        run_index: 0 or -1 (the default): the one run read. TensorBoard's reader keeps one
+            run per folder (a restart's later events replace the earlier ones), so there is
+            no other run to pick; any other value is a ``ValueError``.
 
     Returns:
         The run; ``metadata`` has ``files``, ``runs`` (the subdirectory prefixes, ``""`` for
@@ -1088,8 +1197,8 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
     Raises:
         ImportError: ``tensorboard`` is not installed.
         FileNotFoundError: No such file or directory.
-        ValueError: No event files, a file that is not a TensorBoard event file, or a bad
-            ``mapping``.
+        ValueError: No event files, a file that is not a TensorBoard event file, a directory
+            holding several runs, a ``run_index`` other than 0 or -1, or a bad ``mapping``.
     """
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -1099,11 +1208,19 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
     p = _path(path_or_dir)
     source = str(p)
     expected = "TensorBoard event files (events.out.tfevents.*)"
+    if run_index not in (0, -1) or isinstance(run_index, bool):
+        raise ValueError(f"{source}: run_index {run_index!r}: a TensorBoard log is read as one run (the reader "
+                         "keeps a restart's later events); point at the folder of the run you want instead")
     if p.is_dir():
         files = sorted((f for f in p.rglob("*") if _is_event_file(f)), key=lambda f: (str(f.parent), f.name))
         if not files:
             raise ValueError(f"{source} holds no {expected}")
         root = p
+        runs = _tensorboard_runs(root, files)
+        if len(runs) > 1:
+            shown = ", ".join(str(r) for r in runs[:10]) + (f", ... ({len(runs)} in all)" if len(runs) > 10 else "")
+            raise ValueError(f"{source} holds {len(runs)} TensorBoard runs, which are not merged: {shown}; point "
+                             "at one of them (trainsignals replay FOLDER replays each)")
     else:
         if "tfevents" not in p.name:
             raise ValueError(f"{source} is not named like {expected}")
@@ -1114,6 +1231,7 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
     mp = _check_mapping(source, mapping)
     raw: dict[str, tuple[list[int], list[float]]] = {}
     other: dict[str, list[str]] = {}
+    damaged: dict[str, str] = {}
     for f in files:
         acc = EventAccumulator(str(f), size_guidance={"scalars": 0, "tensors": 0})
         try:
@@ -1122,6 +1240,9 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
             raise ValueError(f"{f} could not be read as a TensorBoard event file ({exc})") from None
         if acc.file_version is None:
             raise ValueError(f"{f} is not a TensorBoard event file (no file_version record); expected {expected}")
+        why = _event_file_damage(f)
+        if why is not None:
+            damaged[str(f)] = why
         prefix = f.parent.relative_to(root).as_posix() + "/" if prefixed and f.parent != root else ""
         tags = acc.Tags()
         for tag in tags.get("scalars", []):
@@ -1156,9 +1277,17 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
     }
     if other:
         metadata["other_tags"] = other
+    notes: list[str] = []
+    if damaged:
+        metadata["damaged_files"] = damaged
+        for name, why in damaged.items():
+            notes.append(f"damaged event file {name}: {why}")
+            warnings.warn(LogDamagedWarning(f"damaged event file {name}: {why}"), stacklevel=2)
     run = _align(source, "tensorboard", all_steps, parsed, chosen, metadata)
     if parsed and not run.measured_signals():
-        metadata["notes"] = [run.no_signal_message()]
+        notes.append(run.no_signal_message())
+    if notes:
+        metadata["notes"] = notes
     return run
 
 
@@ -1220,9 +1349,10 @@ def _sniff(p: Path) -> str | None:
     except csv.Error:
         return None
     header = [h.strip() for h in rows[0]]
-    if len(header) < 2 or any(not h for h in header) or any(_is_number(h) for h in header):
-        return None
     body = rows[1:]
+    named, _, _ = _drop_unnamed_columns(header, body)  # pandas' index, a trailing comma
+    if len(header) < 2 or any(not h for h in named) or any(_is_number(h) for h in header if h):
+        return None
     if any(len(r) != len(header) for r in body):
         return None
     if not all(any(_is_number(c) for c in r) for r in body):
@@ -1238,16 +1368,26 @@ def _is_number(cell: str) -> bool:
     return True
 
 
+_FOLDER_LOGS = (("trainer_state.json", "hf-trainer"), ("metrics.csv", "lightning-csv"), ("trainer_log.jsonl", "jsonl"))
+"""The log files a folder may hold at its top level, in order of preference, and their tools."""
+
+
+def _folder_log(p: Path) -> tuple[Path, str] | None:
+    """The log file at the top level of folder ``p`` that stands for it, and its tool."""
+    return next(((p / name, tool) for name, tool in _FOLDER_LOGS if (p / name).is_file()), None)
+
+
 def _detect(p: Path) -> str:
     if p.is_dir():
+        # a file at the top (an HF output folder keeps its TensorBoard runs in runs/<date>/ below it)
+        # says more about the folder than event files deeper down
+        top = _folder_log(p)
+        if top is not None:
+            return top[1]
         if any(_is_event_file(f) for f in p.rglob("*")):
             return "tensorboard"
-        if (p / "trainer_state.json").is_file():
-            return "hf-trainer"
-        if (p / "metrics.csv").is_file():
-            return "lightning-csv"
-        raise ValueError(f"cannot tell what {p} holds: expected a directory with events.out.tfevents.* files, "
-                         "a trainer_state.json or a metrics.csv")
+        raise ValueError(f"cannot tell what {p} holds: expected a directory with a trainer_state.json, a "
+                         "metrics.csv or a trainer_log.jsonl at its top, or events.out.tfevents.* files")
     name = p.name.lower()
     if "tfevents" in name:
         return "tensorboard"
@@ -1287,8 +1427,6 @@ def import_run(path: str | os.PathLike[str], tool: str | None = None,
     ======================================================== =================================
     what ``path`` is                                         read by
     ======================================================== =================================
-    ``events.out.tfevents.*``, or a directory holding some   :func:`import_tensorboard`
-    (recursively)
     ``trainer_state.json``, a ``.json`` object with          :func:`import_hf_trainer_state`
     ``log_history``, or a directory holding
     ``trainer_state.json``
@@ -1297,8 +1435,15 @@ def import_run(path: str | os.PathLike[str], tool: str | None = None,
     ``grad_2.0_norm*``; or ``epoch`` in a file named
     ``metrics.csv``), or a directory holding ``metrics.csv``
     any other ``.csv``                                       :func:`import_csv`
-    ``.jsonl``, ``.ndjson``, a ``.json`` array of objects    :func:`import_jsonl`
+    ``.jsonl``, ``.ndjson``, a ``.json`` array of objects,   :func:`import_jsonl`
+    or a directory holding ``trainer_log.jsonl``
+    ``events.out.tfevents.*``, or any other directory        :func:`import_tensorboard`
+    holding some (recursively)
     ======================================================== =================================
+
+    A directory is read by the file at its top level (``trainer_state.json``, then
+    ``metrics.csv``, then ``trainer_log.jsonl``) when it has one, even with event files below
+    it (an HF output folder keeps its TensorBoard runs in ``runs/<date>/``).
 
     Args:
         path: File or directory.
@@ -1306,7 +1451,8 @@ def import_run(path: str | os.PathLike[str], tool: str | None = None,
             ``"tensorboard"``; None detects it.
         mapping: Signal -> source name overrides, passed to the importer.
         run_index: Which run to read when the file holds several (its steps go back to the
-            start): 0 the first, -1 (the default) the last.
+            start): 0 the first, -1 (the default) the last. A TensorBoard log is one run: only
+            0 and -1 are taken.
 
     Returns:
         The run.
@@ -1321,12 +1467,14 @@ def import_run(path: str | os.PathLike[str], tool: str | None = None,
         raise ValueError(f"unknown tool {tool!r}; expected one of {', '.join(TOOLS)}")
     p = _path(path)
     kind = tool or _detect(p)
+    if kind == "jsonl" and p.is_dir() and (p / "trainer_log.jsonl").is_file():
+        p = p / "trainer_log.jsonl"  # LLaMA-Factory's output folder
     if kind == "hf-trainer":
-        return import_hf_trainer_state(p, mapping=mapping)
+        return import_hf_trainer_state(p, mapping=mapping, run_index=run_index)
     if kind == "lightning-csv":
         return import_lightning_csv(p, mapping=mapping, run_index=run_index)
     if kind == "csv":
         return import_csv(p, mapping=mapping, run_index=run_index)
     if kind == "jsonl":
         return import_jsonl(p, mapping=mapping, run_index=run_index)
-    return import_tensorboard(p, mapping=mapping)
+    return import_tensorboard(p, mapping=mapping, run_index=run_index)

@@ -215,18 +215,22 @@ def plot_run(source: str | os.PathLike[str] | pa.Table | Report,
             default Monitor first; see :func:`~trainsignals.io.report.replay_source`), or a
             :class:`~trainsignals.io.report.Report` (its events and timeline are used; its trace
             is re-read from ``source`` when the report carries no table).
-        output: Save a PNG there when given.
+        output: Save a PNG there when given; a name without a suffix gets ``.png``
+            (``run`` -> ``run.png``), another suffix picks another format matplotlib writes
+            (``.pdf``, ``.svg``).
         dpi: Resolution of the saved PNG.
 
     Returns:
         The ``matplotlib.figure.Figure`` (on an Agg canvas).
 
     Raises:
-        ValueError: the report is of an unreadable trace, or the trace has no steps.
+        ValueError: the report is of an unreadable trace, the trace has no steps, or
+            ``output`` is a folder.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    png = _png_path(output) if output is not None else None
     report = _as_report(source)
     table = report.table
     assert table is not None
@@ -304,6 +308,21 @@ def plot_run(source: str | os.PathLike[str] | pa.Table | Report,
     from matplotlib.ticker import FuncFormatter
 
     axes["status"].xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
-    if output is not None:
-        fig.savefig(os.fspath(output), dpi=dpi)
+    if png is not None:
+        fig.savefig(png, dpi=dpi)
     return fig
+
+
+def _png_path(output: str | os.PathLike[str]) -> str:
+    """Where :func:`plot_run` writes for ``output``: ``.png`` added to a name without a suffix.
+
+    Raises:
+        ValueError: ``output`` is an existing folder.
+    """
+    path = os.fspath(output)
+    if os.path.isdir(path):
+        raise ValueError(f"output {path!r} is a folder; give the image's file name, e.g. "
+                         f"{os.path.join(path, 'run.png')!r}")
+    if not os.path.splitext(os.path.basename(path))[1]:
+        path += ".png"
+    return path

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from collections.abc import Iterable, Sequence
@@ -365,14 +366,19 @@ class Report:
             return self.verdict_line()
         lines = [self.verdict_line(), self.summary(), f"status timeline: {self._timeline_text()}"]
         if self.metadata:
-            lines.append("metadata: " + json.dumps(self.metadata, default=str, sort_keys=True))
+            lines.append("metadata: " + json.dumps(_json_safe(self.metadata), default=str, sort_keys=True))
         if self.events:
             lines.append("events:")
             lines.extend(f"  {e}" for e in self.events)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict of every field (events via :meth:`Event.to_dict`) and the verdict."""
+        """A JSON-serialisable dict of every field (events via :meth:`Event.to_dict`) and the verdict.
+
+        Non-finite numbers, in the events and in the metadata (a diverged Hugging Face run's
+        ``"train_loss": NaN``), are the strings ``"nan"``, ``"inf"``, ``"-inf"``: the dict
+        dumps to strict JSON.
+        """
         return {
             "source": self.source,
             "exit_code": self.exit_code,
@@ -384,7 +390,7 @@ class Report:
             "last_step": self.last_step,
             "status_timeline": [[s, st] for s, st in self.status_timeline],
             "events": [e.to_dict() for e in self.events],
-            "metadata": self.metadata,
+            "metadata": _json_safe(self.metadata),
             "notes": list(self.notes),
             "error": self.error,
             "headline": self.headline(),
@@ -435,6 +441,21 @@ _GENERIC_NAMES = frozenset({"metrics.csv", "trainer_state.json", "trainer_log.js
                             "training.log", "training_history.csv", "log.csv", "log.jsonl", "metrics.jsonl"})
 
 
+def _json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float as ``"nan"``, ``"inf"`` or ``"-inf"`` (as ``Event.to_dict``
+    writes them), so that ``json.dumps`` writes strict JSON; other values unchanged.
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.floating):
+        return _json_safe(float(obj))
+    return obj
+
+
 def _md(text: str) -> str:
     """Escape the characters that would break a Markdown table cell."""
     return text.replace("|", "\\|").replace("\n", " ")
@@ -452,6 +473,19 @@ def _measured(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
         valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         return steps[valid], vals[valid]
     return steps, vals
+
+
+def _planned_steps(table: pa.Table) -> int | None:
+    """The trace metadata's ``total_steps`` when it is a number >= 1 (as an int), else None; ``replay``
+    and ``watch`` both read it.
+    """
+    from trainsignals.io.traces import trace_metadata
+
+    planned = trace_metadata(table)["metadata"].get("total_steps")
+    if isinstance(planned, int | float) and not isinstance(planned, bool) and math.isfinite(planned) \
+            and planned >= 1:
+        return int(planned)
+    return None
 
 
 def _check_plan(log_every: int | None, total_steps: int | None) -> None:
@@ -474,6 +508,8 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
         monitor: The Monitor to run (its state continues); default a fresh
             ``Monitor(total_steps=<rows in the trace>)``; for a trace whose losses are logged every
             N > 1 steps (the median gap), ``Monitor(total_steps=<steps it spans>, log_every=N)``.
+            A ``total_steps`` in the trace's metadata (a number >= 1, as ``trainsignals watch``
+            reads it) is the run's length instead of the steps the trace spans.
         name: The report's ``source`` for a table (default ``"<table>"``).
         log_every: For the default Monitor: the steps between two logged values, instead of the
             median gap between the trace's losses (for a log whose gaps vary, or whose steps
@@ -519,7 +555,8 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
         # a log written every `every` steps: the rules' spans cover the same steps in fewer values
         every = gap if log_every is None else log_every
         span = int(steps[-1] - steps[0]) + every if n and every > 1 else n
-        monitor = Monitor(total_steps=total_steps or span or None, log_every=every)
+        planned = total_steps if total_steps is not None else _planned_steps(table)
+        monitor = Monitor(total_steps=planned or span or None, log_every=every)
         if log_every is not None and log_every != gap:
             notes.append(f"replayed with Monitor(log_every={log_every}) as asked; the median gap between the "
                          f"trace's losses is {gap} steps")
@@ -532,7 +569,12 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
         notes.append(f"one loss every {gap} steps (median), replayed through a Monitor with "
                      f"log_every={getattr(monitor, 'log_every', 1)}: the rules' windows count values, so they "
                      f"span {gap}x as many steps")
-    events: list[Event] = monitor.scan(**trace_signals(table)) if n else []
+    signals = trace_signals(table) if n else {}
+    if n and not len(_measured(table, "loss")[0]):
+        others = ", ".join(k for k in signals if k != "step") or "none"
+        notes.append("no training loss in the trace: the rules that read the loss do not judge, and the status "
+                     f"stays warming_up outside a failure; the other signals ({others}) are checked")
+    events: list[Event] = monitor.scan(**signals) if n else []
     timeline = status_timeline(events, steps, _measured(table, "loss"), warmup=monitor.warmup,
                                recovery=monitor.recovery_steps) if n else []
     return Report(
@@ -701,7 +743,8 @@ def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None
                   log_every: int | None = None, total_steps: int | None = None) -> Report:
     """Replay a trace or any log the importers read (:func:`trainsignals.io.importers.import_run`).
 
-    A trace is replayed with :func:`replay`. Another tool's log is imported, checked for a
+    A trace is replayed with :func:`replay`, whatever ``tool`` and ``mapping`` say (they are for
+    other tools' logs; a note says they were not used). Another tool's log is imported, checked for a
     signal to replay (:meth:`~trainsignals.io.importers.ImportedRun.require_signals`), turned into
     a trace in memory and replayed; the importer's notes (how the log was read: the x-axis,
     steps going back, several runs in the file) become the report's notes.
@@ -709,8 +752,9 @@ def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None
     Args:
         source: A trace, a log file, or a log folder (TensorBoard, Lightning ``version_N``).
         monitor: As for :func:`replay`.
-        tool: The log's format (``import_run``'s ``tool``); None detects it.
-        mapping: Signal -> column overrides for a log (``{"loss": "train/box_loss"}``).
+        tool: The log's format (``import_run``'s ``tool``); None detects it. Not used for a trace.
+        mapping: Signal -> column overrides for a log (``{"loss": "train/box_loss"}``). Not used
+            for a trace.
         run_index: Which run of a log holding several (default the last).
         log_every: As for :func:`replay`.
         total_steps: As for :func:`replay`.
@@ -725,11 +769,16 @@ def replay_source(source: str | os.PathLike[str], monitor: Monitor | None = None
         ValueError, FileNotFoundError, ImportError: the importer's errors; a ``run_index`` other
             than 0 or -1 for a trace.
     """
-    if is_trace(source) and tool is None and not mapping:
+    if is_trace(source):
         if run_index not in (-1, 0):
             raise ValueError(f"run_index {run_index}: {os.fspath(source)} is a trace, which holds one run "
                              "(run_index picks a run of a log holding several)")
-        return replay(source, monitor, log_every=log_every, total_steps=total_steps)
+        rep = replay(source, monitor, log_every=log_every, total_steps=total_steps)
+        unused = [what for what, given in ((f"tool {tool!r}", tool), ("mapping", mapping)) if given]
+        if unused:
+            rep.notes.append(f"read as a trace; {' and '.join(unused)} not used (given for other tools' logs; a "
+                             "trace names its signals itself)")
+        return rep
     table, notes = import_trace(source, tool=tool, mapping=mapping, run_index=run_index)
     rep = replay(table, monitor, name=os.fspath(source), log_every=log_every, total_steps=total_steps)
     rep.notes = [*notes, *rep.notes]
@@ -813,7 +862,8 @@ def replay_many(
             level, picklable) and returns a small :class:`Report`, so workers need
             trainsignals installed and the files at the same paths. The executor is not
             shut down.
-        tool: The format of the logs (``import_run``'s ``tool``); None detects each.
+        tool: The format of the logs (``import_run``'s ``tool``); None detects each. Traces are
+            read as traces.
         mapping: Signal -> column overrides applied to every log (not to traces).
         run_index: Which run of a log holding several (default the last).
         log_every: As for :func:`replay`, for every source.

@@ -44,7 +44,8 @@ import atexit
 import json
 import math
 import os
-import tempfile
+import secrets
+import stat
 import time
 import warnings
 import weakref
@@ -559,6 +560,35 @@ def _check_path(path: Any) -> str:
     if not os.path.isdir(folder):
         raise ValueError(f"path {p!r}: the folder {folder!r} does not exist")
     return p
+
+
+def _temp_beside(final: str) -> str:
+    """A new empty file in ``final``'s folder, to be written and then renamed over ``final`` with
+    :func:`_replace`: created with the permissions ``open()`` gives a new file (0o666 less the
+    umask; ``tempfile.mkstemp`` would give 0o600).
+    """
+    folder = os.path.dirname(os.path.abspath(final))
+    base = os.path.basename(final)
+    for _ in range(100):
+        tmp = os.path.join(folder, f"{base}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {final!r}")
+
+
+def _replace(tmp: str, final: str) -> None:
+    """Rename ``tmp`` over ``final``; a file replaced keeps its permissions."""
+    try:
+        mode = stat.S_IMODE(os.stat(final).st_mode)
+    except FileNotFoundError:
+        pass
+    else:
+        os.chmod(tmp, mode)
+    os.replace(tmp, final)
 
 
 _OPEN_WRITERS: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
@@ -1153,9 +1183,7 @@ class TraceWriter:
         })
         self._writer.close()
         self._out.close()
-        folder = os.path.dirname(os.path.abspath(self.path))
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
-        os.close(fd)
+        tmp = _temp_beside(self.path)
         try:
             raw = pa.OSFile(tmp, "wb")
             out = pa.BufferedOutputStream(raw, 1 << 20)
@@ -1164,7 +1192,7 @@ class TraceWriter:
                 for batch in pa.ipc.open_stream(src):
                     writer.write_batch(pa.record_batch(batch.columns, schema=new_schema))
             out.flush()
-            os.replace(tmp, self.path)
+            _replace(tmp, self.path)
         except Exception as exc:
             self._closed = True
             _OPEN_WRITERS.discard(self)
@@ -1264,7 +1292,7 @@ class TraceWriter:
 def write_trace(
     path: str | os.PathLike[str],
     *,
-    step: Any,
+    step: Any = None,
     loss: Any = None,
     grad_norm: Any = None,
     lr: Any = None,
@@ -1295,7 +1323,9 @@ def write_trace(
 
     Args:
         path: The file to write (created or overwritten).
-        step: The steps (integers), one per row.
+        step: The steps (integers), one per row; None (no aligned rows) only when every signal
+            given is a ``(steps, values)`` pair, as :func:`trace_signals` returns a trace
+            without a dense signal.
         loss: Training loss, aligned with ``step``.
         grad_norm: Global gradient norm, aligned with ``step``.
         lr: Learning rate, aligned with ``step``.
@@ -1338,12 +1368,11 @@ def write_trace(
         ([1.0, None, nan], [None, None, 1.5])
     """
     final = _check_path(path)
-    folder = os.path.dirname(os.path.abspath(final))
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(final) + ".", suffix=".tmp")
+        tmp = _temp_beside(final)
     except OSError as exc:
+        folder = os.path.dirname(os.path.abspath(final))
         raise ValueError(f"path {final!r}: cannot write in {folder!r}: {exc}") from exc
-    os.close(fd)
     try:
         n = _write_whole(tmp, step=step, loss=loss, grad_norm=grad_norm, lr=lr, update_ratio=update_ratio,
                          val_loss=val_loss, layer_grad_norms=layer_grad_norms, activations=activations,
@@ -1351,7 +1380,7 @@ def write_trace(
                          act_layer_names=act_layer_names, flush_every=flush_every,
                          layer_update_ratios=layer_update_ratios, val_metric=val_metric,
                          pred_top_share=pred_top_share, pred_spread=pred_spread)
-        os.replace(tmp, final)  # all or nothing: a failed import leaves no half-written trace
+        _replace(tmp, final)  # all or nothing: a failed import leaves no half-written trace
     except BaseException:
         try:
             os.unlink(tmp)
@@ -1368,7 +1397,7 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
                  val_metric: Any = None, pred_top_share: Any = None, pred_spread: Any = None) -> int:
     with TraceWriter(path, metadata=metadata, flush_every=flush_every, layer_names=layer_names,
                      act_layer_names=act_layer_names) as w:
-        st = _steps_input("step", step)
+        st = _steps_input("step", step) if step is not None else np.zeros(0, dtype=np.int64)
         n = len(st)
         aligned: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -1385,6 +1414,9 @@ def _write_whole(path: str, *, step: Any, loss: Any, grad_norm: Any, lr: Any, up
                 sparse[name] = (vst, vv) if vvalid is None else (vst[vvalid], vv[vvalid])
                 continue
             vals, valid = _column_input(name, v)
+            if step is None and len(vals):
+                raise ValueError(f"{name} is aligned with step, which is missing: give step= (or {name} as a "
+                                 "(steps, values) pair where it has its own cadence)")
             if len(vals) != n:
                 raise ValueError(f"{name} has {len(vals)} values for {n} steps")
             aligned[name] = (vals, valid)
@@ -1676,9 +1708,10 @@ def _layer_names_for(names: list[str], width: int) -> list[str]:
 def trace_signals(table: pa.Table | str | os.PathLike[str]) -> dict[str, Any]:
     """The keyword arguments of ``Monitor.scan`` that replay a trace.
 
-    ``step`` is an int64 array; the dense signals (``loss``, ``grad_norm``, ``lr``,
-    ``update_ratio``, ``pred_top_share``, ``pred_spread``) are pyarrow arrays keeping their nulls (null: not
-    measured at that step; NaN: measured non-finite); ``val_loss`` and ``val_metric`` are
+    ``step`` is an int64 array, given only with a dense signal aligned with it; the dense signals
+    (``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``pred_top_share``, ``pred_spread``) are
+    pyarrow arrays keeping their nulls (null: not measured at that step; NaN: measured
+    non-finite); ``val_loss`` and ``val_metric`` are
     ``(steps, values)`` of their measured rows;
     ``layer_grad_norms`` and ``layer_update_ratios`` are ``(steps, {name: array})`` and ``activations`` is
     ``(steps, {layer: {"dead_frac": array, "saturation": array}})`` of their measured rows
@@ -1703,11 +1736,13 @@ def trace_signals(table: pa.Table | str | os.PathLike[str]) -> dict[str, Any]:
         table = read_trace(table)
     info = trace_metadata(table)
     steps = np.asarray(table.column("step").to_numpy(), dtype=np.int64)
-    out: dict[str, Any] = {"step": steps}
+    out: dict[str, Any] = {}
     for name in DENSE_SIGNALS:
         col = table.column(name).combine_chunks()
         if len(col) and col.null_count < len(col):
             out[name] = col
+    if out:  # ``step`` goes with the signals aligned with it; a sparse signal carries its own steps
+        out = {"step": steps, **out}
     for name in _SPARSE_COLUMNS:
         col = table.column(name).combine_chunks()
         if col.null_count < len(col):
