@@ -236,3 +236,20 @@ def test_the_signal_vocabulary_is_what_the_monitor_and_every_detector_take():
 
     assert set(importers.SIGNALS) | {"layer_grad_norms", "layer_update_ratios", "activations"} == set(ts.SIGNALS)
     assert set(traces.SCALAR_COLUMNS) <= set(ts.SIGNALS)
+
+
+def test_a_suite_runs_in_one_monitor_at_a_time():
+    """Two live Monitors feeding the same detector objects would garble both: the second is refused."""
+    import gc
+
+    suite = {**ts.default_suite(), "mine": LossAboveCeiling()}
+    first = ts.Monitor(suite=suite)
+    with pytest.raises(ValueError, match=r"suite\['nonfinite_loss'\] already runs in another Monitor"):
+        ts.Monitor(suite=suite)
+    assert first.update(step=0, loss=1.0) == []  # the first is untouched
+    del first
+    gc.collect()
+    again = ts.Monitor(suite=suite)  # the detectors are free once their Monitor is gone
+    assert "mine" in again.detectors
+    twin = pickle.loads(pickle.dumps(again))  # a copy owns copies
+    assert twin.detectors["mine"] is not again.detectors["mine"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -130,6 +131,10 @@ def _given_events(events: Iterable[Any]) -> list[Event]:
         if not isinstance(given, Event):
             raise TypeError(f"events must hold trainsignals.Event objects, got {type(given).__name__}")
     return out
+
+
+#: the Monitor each detector runs in (a detector in a suite given to a second live Monitor is refused)
+_OWNERS: weakref.WeakKeyDictionary[Detector, weakref.ref[Monitor]] = weakref.WeakKeyDictionary()
 
 
 def _check_detector(name: str, det: Any) -> None:
@@ -281,6 +286,12 @@ class Monitor:
         self._suite = _named(suite)
         for name, det in self._suite.items():
             _check_detector(name, det)
+            owner = _OWNERS.get(det)
+            if owner is not None and owner() is not None:  # two Monitors feeding one detector garble both
+                raise ValueError(f"suite[{name!r}] already runs in another Monitor: give each Monitor its own "
+                                 "detectors (ts.default_suite() again, or detector.clone())")
+        for det in self._suite.values():
+            _OWNERS[det] = weakref.ref(self)
         # the streaming path's plan: each detector's bound per-step entry and how to pick its inputs
         self._entries = [(det.feed, tuple(i.name for i in det.inputs),
                           tuple(i.name for i in det.inputs if i.required), tuple(det.logs))
