@@ -470,10 +470,12 @@ class DistributedWatcher(TorchWatcher):
         # sharded: keep the squared sums (global, per layer) so the ranks' shards can be added up
         self._stepped = True
         with torch.no_grad():
-            torch._foreach_sub_(snap, [p.detach() for p in self._params])
-            d_sq = self._norms(snap)
-            self._ratio = torch.cat([d_sq.sum().reshape(1), self._per_layer(d_sq),
-                                     w_sq.sum().reshape(1), self._per_layer(w_sq)])
+            torch._foreach_sub_(snap, self._snapped_params())
+            d_sq = self._full(self._norms(snap), self._snap_active) if snap else torch.zeros_like(w_sq)
+            d_l = self._per_layer(d_sq)
+            if self._dormant:   # layers frozen since the watcher was built: not measured (NaN)
+                d_l = torch.where(self._cached(("dormant", self._dormant), self._dormant_layers)[1:], math.nan, d_l)
+            self._ratio = torch.cat([d_sq.sum().reshape(1), d_l, w_sq.sum().reshape(1), self._per_layer(w_sq)])
         self._snapshot = None
         self._w_sq = None
 
@@ -504,7 +506,7 @@ class DistributedWatcher(TorchWatcher):
             RuntimeError: the gather failed or timed out (another rank did not call ``update``).
             TrainingFailure: with ``on_critical="raise"``, on every rank alike.
         """
-        self._cur_step = self._step if step is None else int(step)
+        self._cur_step = self._step if step is None else self._check_step(step)
         self._local_given = local_grad_norm
         if len(self.optimizer.param_groups) != self._n_groups:
             raise ValueError(f"the optimizer had {self._n_groups} param groups when the watcher was built, "

@@ -71,7 +71,7 @@ PyTree = Any
 Stats = dict[str, Any]
 
 # Keys passed straight through to Monitor.update / Monitor.scan when present in a stats dict.
-_PASSTHROUGH = ("loss", "lr", "val_loss", "pred_top_share", "pred_spread")
+_PASSTHROUGH = ("loss", "lr", "val_loss", "val_metric", "pred_top_share", "pred_spread")
 
 
 def pred_top_share(outputs: jax.Array, axis: int = -1) -> jax.Array:
@@ -246,14 +246,20 @@ def to_monitor_kwargs(stats: Mapping[str, Any], names: Sequence[str] | None = No
     Args:
         stats: the dict from :func:`grad_stats` or :func:`measurements`, already on the host
             (``jax.device_get``); device arrays also work but each costs a transfer. Extra keys
-            ``loss``, ``lr`` and ``val_loss`` (if you put them in the dict) pass through.
-        names: leaf names (from :func:`leaf_names`) for ``layer_grad_norms``; without them the
-            layers are named by index.
+            ``loss``, ``lr``, ``val_loss``, ``val_metric``, ``pred_top_share`` and
+            ``pred_spread`` (if you put them in the dict) pass through.
+        names: leaf names (from :func:`leaf_names`) for ``layer_grad_norms`` and
+            ``layer_update_ratios``; without them the layers are named by index.
 
     Returns:
         ``grad_norm``, ``update_ratio`` (omitted while ‖params‖ = 0 or when it was not
-        measured), ``layer_grad_norms`` (a :class:`trainsignals.LayerValues` mapping, name -> value) and the
-        pass-through keys, as Python floats.
+        measured), ``layer_grad_norms`` and ``layer_update_ratios`` (:class:`trainsignals.LayerValues`
+        mappings, name -> value; a leaf whose ratio is NaN — an all-zero leaf, or not measured —
+        is "not measured" for the Monitor; the ratios are omitted when no leaf was measured or
+        the step updated nothing, ``update_norm`` 0: an ``optax.MultiSteps`` accumulation step)
+        and the pass-through keys, as Python floats. The per-leaf update ratios feed the
+        Monitor's per-layer check: a leaf that stops moving while the others learn (a frozen
+        layer) is reported as ``update_ratio_low``.
     """
     kw: dict[str, Any] = {}
     if "grad_norm" in stats:
@@ -263,13 +269,17 @@ def to_monitor_kwargs(stats: Mapping[str, Any], names: Sequence[str] | None = No
         r = _as_float(stats["update_ratio"])
         if (pn is None or _as_float(pn) > 0) and not (pn is None and np.isnan(r)):
             kw["update_ratio"] = r
-    if "layer_grad_norms" in stats:
-        v = np.asarray(stats["layer_grad_norms"], dtype=np.float64).reshape(-1)
+    for key, what in (("layer_grad_norms", "layer grad norms"), ("layer_update_ratios", "layer update ratios")):
+        if key not in stats:
+            continue
+        v = np.asarray(stats[key], dtype=np.float64).reshape(-1)
         keys = tuple(names) if names is not None else tuple(str(i) for i in range(len(v)))
         if len(keys) != len(v):
-            raise ValueError(f"{len(keys)} names for {len(v)} layer grad norms")
-        if len(v):
-            kw["layer_grad_norms"] = LayerValues(keys, v)
+            raise ValueError(f"{len(keys)} names for {len(v)} {what}")
+        if key == "layer_update_ratios" and ("update_norm" in stats and not _as_float(stats["update_norm"]) > 0):
+            continue    # no update at all this step (a MultiSteps micro-step, a skipped step): nothing to compare
+        if len(v) and (key == "layer_grad_norms" or not np.isnan(v).all()):
+            kw[key] = LayerValues(keys, v)
     for k in _PASSTHROUGH:
         if k in stats and stats[k] is not None:
             kw[k] = _as_float(stats[k])
@@ -287,14 +297,16 @@ def to_scan_kwargs(
 
     Args:
         stacked: a dict like :func:`grad_stats`'s with a leading step axis on every entry
-            (plus ``loss``/``lr``/``val_loss`` arrays if collected).
-        names: leaf names for the columns of ``layer_grad_norms``.
+            (plus ``loss``/``lr``/``val_loss``/``val_metric``/``pred_top_share``/``pred_spread``
+            arrays if collected).
+        names: leaf names for the columns of ``layer_grad_norms`` and ``layer_update_ratios``.
         step: the step numbers (optional; by default they continue the Monitor's count).
 
     Returns:
         Keywords for :meth:`Monitor.scan`: dense float arrays; ``update_ratio`` is a masked
-        array (a gap, "not measured") where ‖params‖ was 0; ``layer_grad_norms`` is
-        ``{name: column}``.
+        array (a gap, "not measured") where ‖params‖ was 0; ``layer_grad_norms`` and
+        ``layer_update_ratios`` are ``{name: column}`` (NaN: not measured — the update ratios
+        of a step that updated nothing, ``update_norm`` 0, are NaN).
     """
     kw: dict[str, Any] = {}
     if step is not None:
@@ -308,14 +320,20 @@ def to_scan_kwargs(
             kw["update_ratio"] = np.ma.masked_array(r, mask=gap) if gap.any() else r
         else:
             kw["update_ratio"] = r
-    if "layer_grad_norms" in stacked:
-        m = np.asarray(stacked["layer_grad_norms"], dtype=np.float64)
+    for key, what in (("layer_grad_norms", "layer grad norm"), ("layer_update_ratios", "layer update ratio")):
+        if key not in stacked:
+            continue
+        m = np.asarray(stacked[key], dtype=np.float64)
         m = m.reshape(m.shape[0], -1)
         keys = list(names) if names is not None else [str(i) for i in range(m.shape[1])]
         if len(keys) != m.shape[1]:
-            raise ValueError(f"{len(keys)} names for {m.shape[1]} layer grad norm columns")
-        if m.shape[1]:
-            kw["layer_grad_norms"] = {k: m[:, i] for i, k in enumerate(keys)}
+            raise ValueError(f"{len(keys)} names for {m.shape[1]} {what} columns")
+        if key == "layer_update_ratios" and "update_norm" in stacked:
+            # steps without any update (MultiSteps micro-steps, skipped steps): not measured
+            moved = np.asarray(stacked["update_norm"], dtype=np.float64).reshape(-1) > 0
+            m = np.where(moved[:, None], m, np.nan)
+        if m.shape[1] and (key == "layer_grad_norms" or not np.isnan(m).all()):
+            kw[key] = {k: m[:, i] for i, k in enumerate(keys)}
     for k in _PASSTHROUGH:
         if k in stacked and stacked[k] is not None:
             kw[k] = np.asarray(stacked[k], dtype=np.float64).reshape(-1)
@@ -476,7 +494,8 @@ class HostMonitorCallback:
     """Feeds a host :class:`~trainsignals.Monitor` from inside jitted code (route (b)).
 
     Call the instance inside the jitted function / ``lax.scan`` body with the step number,
-    the stats dict and optional ``loss``/``lr``/``val_loss`` arrays. Each call issues one
+    the stats dict and optional ``loss``/``lr``/``val_loss``/``val_metric``... arrays (the keys
+    :func:`to_monitor_kwargs` passes through). Each call issues one
     ordered ``jax.debug.callback``; on the host it runs ``monitor.update`` and appends the
     events to :attr:`events` (and calls ``on_event`` for each, if given).
 
@@ -511,7 +530,8 @@ class HostMonitorCallback:
         Args:
             step: the step number (an int array is fine).
             stats: the dict of :func:`grad_stats` / :func:`measurements`.
-            **extra: ``loss``, ``lr``, ``val_loss`` arrays to feed as well.
+            **extra: ``loss``, ``lr``, ``val_loss``, ``val_metric``, ``pred_top_share``,
+                ``pred_spread`` arrays to feed as well.
         """
         unknown = set(extra) - set(_PASSTHROUGH)
         if unknown:

@@ -237,7 +237,8 @@ class TrainSignalsCallback(keras.callbacks.Callback):
         failure_events: the events that caused the stop.
 
     Raises:
-        ValueError: a bad ``on_critical``, ``log_every`` or kind name.
+        ValueError: a bad ``monitor`` (not a Monitor), ``total_steps``, ``on_critical``,
+            ``restore_best_weights``, ``log_every``, ``verbose`` or kind name (the message names it).
     """
 
     def __init__(
@@ -254,8 +255,17 @@ class TrainSignalsCallback(keras.callbacks.Callback):
         super().__init__()
         if on_critical not in ("stop", "warn", "raise"):
             raise ValueError(f"on_critical must be 'stop', 'warn' or 'raise', got {on_critical!r}")
+        if monitor is not None and not isinstance(monitor, ts.Monitor):
+            raise ValueError(f"monitor must be a trainsignals.Monitor or None, got {monitor!r}")
+        if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int)
+                                        or total_steps < 1):
+            raise ValueError(f"total_steps must be an integer >= 1 or None, got {total_steps!r}")
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
             raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
+        if verbose not in (0, 1, 2) or isinstance(verbose, bool):
+            raise ValueError(f"verbose must be 0, 1 or 2, got {verbose!r}")
+        if not isinstance(restore_best_weights, bool):
+            raise ValueError(f"restore_best_weights must be a bool, got {restore_best_weights!r}")
         self.also_stop_on = check_kinds("also_stop_on", also_stop_on)
         self._monitor = monitor
         self.total_steps = total_steps

@@ -26,7 +26,9 @@ optimizer when ``fit`` starts and removes its hooks when ``fit`` ends (or fails)
   ``pred_spread``, its form of the same;
 * it **logs** the signals and cumulative event counts through every logger of the trainer
   (``logger.log_metrics``): ``trainsignals/loss``, ``trainsignals/grad_norm``,
-  ``trainsignals/lr``, ``trainsignals/update_ratio`` (on the steps it is measured), and
+  ``trainsignals/lr``, ``trainsignals/update_ratio``, ``trainsignals/grad_norm_applied`` (when
+  the gradients are clipped) — each the latest value measured: the update ratio is measured
+  every ``update_ratio_every`` steps, with ``sync_every`` the steps come in blocks — and
   ``trainsignals/events/<kind>`` — how many events of that kind fired so far — with
   ``trainsignals/events/total`` and ``trainsignals/events/critical``. A row is written every
   ``log_every_n_steps`` optimizer steps (the trainer's setting by default) and at every step
@@ -261,6 +263,7 @@ class TrainSignalsCallback(Callback):
         self._share: torch.Tensor | None = None  # the latest micro-batch's pred_top_share
         self._spread: torch.Tensor | None = None  # and pred_spread
         self._warned_val = False
+        self._latest: dict[str, float] = {}      # the latest measured value of each logged signal
 
     @property
     def state_key(self) -> str:
@@ -326,6 +329,7 @@ class TrainSignalsCallback(Callback):
                                     on_critical="stop", **self.watcher_kwargs)
         self._opt_steps = 0
         self._loss_sum, self._loss_n = None, 0
+        self._latest = {}
         self.stopped_step = None
         self.failure_events = []
 
@@ -433,11 +437,13 @@ class TrainSignalsCallback(Callback):
         self._last_step = step
         handled = not self.watcher.should_stop    # critical events a rollback took care of
         # with sync_every > 1 the step may still be held on the device: its signals come later
-        fed = self.watcher.monitor.step == step
-        signals = {k: v for k, v in self.watcher.last_signals.items() if k in _SIGNALS} if fed else {}
-        if fed and self.watcher.last_applied_grad_norm is not None:
-            signals["grad_norm_applied"] = self.watcher.last_applied_grad_norm   # after Lightning clipped
-        self._handle(trainer, step, events, criticals_count=not handled, signals=signals)
+        if self.watcher.monitor.step == step:
+            # the latest value of each signal, also one measured every few steps or held in a sync_every block
+            latest = self.watcher.latest_signals
+            self._latest.update({k: float(latest[k]) for k in _SIGNALS if k in latest})
+            if self.watcher.last_applied_grad_norm is not None:   # after Lightning clipped
+                self._latest["grad_norm_applied"] = self.watcher.last_applied_grad_norm
+        self._handle(trainer, step, events, criticals_count=not handled, signals=self._latest)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Feed the validation loss (and score) at the current step (not during the sanity check)."""

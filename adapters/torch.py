@@ -8,7 +8,11 @@
 * **gradients** — in the optimizer's step *pre*-hook, i.e. after ``backward()`` and after any
   clipping you did, before the weights change: one fused multi-tensor kernel
   (``torch._foreach_norm``) gives every parameter tensor's grad norm; the global norm and the
-  per-layer norms are assembled from them on the device;
+  per-layer norms are assembled from them on the device. A parameter whose ``.grad`` is None (a
+  frozen layer, an unused branch) is not measured: a layer none of whose parameters has a
+  gradient is fed as NaN, and at a step where no parameter has one (``backward()`` forgotten,
+  ``zero_grad()`` before ``step()``) no grad norm is fed at all, global or per layer — a norm
+  of exactly 0 always means gradients computed as 0;
 * **update ratio** ‖Δw‖/‖w‖ — every ``update_ratio_every`` optimizer steps the pre-hook copies
   the parameters (**one extra copy of the parameters, on measuring steps only**, freed in the
   post-hook; kept allocated when measuring every step; none for plain SGD, whose
@@ -130,6 +134,7 @@ from torch.overrides import TorchFunctionMode
 
 import trainsignals as ts
 from trainsignals import Kind, TrainingFailure, check_kinds, make_event
+from trainsignals.signals import scalar
 
 __all__ = ["FROZEN_AFTER", "TorchWatcher", "TrainingFailure", "WRAPPER_SET", "check_watcher_options",
            "pred_spread", "pred_top_share"]
@@ -213,6 +218,37 @@ class _ActStats:
         self.dead = self.sat = None
 
 
+def _watched_parameters(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[tuple[str, nn.Parameter]]:
+    """The parameters a watcher measures, by name: the model's trainable ones and those the optimizer
+    steps (frozen now, they may be unfrozen later), in ``named_parameters()`` order.
+
+    Raises:
+        ValueError: the model has no parameters, or the optimizer holds none of them.
+
+    Warns:
+        RuntimeWarning: some trainable parameters are not in the optimizer (named).
+    """
+    named = list(model.named_parameters())
+    if not named:
+        raise ValueError("model has no parameters")
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if not any(id(p) in held for _, p in named):
+        raise ValueError(
+            f"optimizer holds none of the model's {len(named)} parameters: it steps other tensors (was it "
+            "built over another instance of the model, before the model was rebuilt or reloaded?); build "
+            "the optimizer over this model's parameters")
+    watched = [(n, p) for n, p in named if p.requires_grad or id(p) in held]
+    left = [n for n, p in watched if id(p) not in held]
+    if left:
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        warnings.warn(
+            f"{len(left)} of the model's {len(watched)} trainable parameters are not in the optimizer ({shown}): "
+            "they get gradients but never change, and their layers will be reported as not learning "
+            "(update_ratio_low); freeze them (requires_grad_(False)), add them to the optimizer, or watch "
+            "the submodule the optimizer trains", RuntimeWarning, stacklevel=3)
+    return watched
+
+
 class TorchWatcher:
     """Watches a PyTorch training loop through optimizer and forward hooks; feeds a Monitor.
 
@@ -220,9 +256,24 @@ class TorchWatcher:
     docstring for the exact place, clipping, accumulation and mixed precision).
 
     Args:
-        model: the ``nn.Module`` being trained; its ``named_parameters()`` names the layers.
-        optimizer: the ``torch.optim.Optimizer`` that steps it (the hooks go on it).
+        model: the ``nn.Module`` being trained; its ``named_parameters()`` names the layers. The
+            watched parameters (fixed here) are its trainable ones and those the optimizer holds,
+            frozen or not. A layer frozen now (``requires_grad`` off) that the optimizer holds is
+            reported once, at the first :meth:`update`, by an ``update_ratio_low`` warning (detector
+            ``TorchWatcher``) naming it; until it first gets a gradient (unfrozen) its grad norm
+            and update ratio are NaN, "not measured", and it costs nothing (not normed, not copied:
+            a ratio of 0 would drag the median layer of the per-layer check down, and the global
+            ratio is that of the parameters that learn); from then on it is measured like the
+            others, and a layer that stops learning later reads 0 (``update_ratio_low`` from the
+            per-layer check). A frozen parameter the optimizer does not hold is not watched.
+        optimizer: the ``torch.optim.Optimizer`` that steps it (the hooks go on it). It must hold
+            some of the model's parameters (``ValueError`` otherwise: an optimizer built over
+            another instance of the model would leave the weights unchanged); trainable
+            parameters it does not hold give one ``RuntimeWarning`` naming them, and stay
+            watched (they never change: their layers are reported as ``update_ratio_low``).
         monitor: the Monitor to feed; a fresh ``Monitor(total_steps=..., recorder=...)`` when None.
+            A Monitor restored from a snapshot (``load_state_dict``) goes on where it stopped:
+            the first :meth:`update` without ``step=`` is its step + 1.
         per_layer: ``"parameter"`` — one grad norm per parameter tensor (names as in
             ``model.named_parameters()``), ``"module"`` — one per module owning parameters
             (the root-square-sum of its tensors' norms; names without the ``.weight``/``.bias``
@@ -301,9 +352,11 @@ class TorchWatcher:
             removes the per-step synchronisation. Not with ``rollback`` (ValueError).
 
     Raises:
-        ValueError: a bad ``per_layer``, ``on_critical``, cadence (``sync_every`` included),
-            ``functional_activations``, rollback setting or kind, or a model without trainable
-            parameters (the message names the parameter).
+        ValueError: a ``model``, ``optimizer`` or ``monitor`` of the wrong type (or the first two
+            swapped), an optimizer that holds none of the model's parameters, a model without
+            parameters, a bad ``per_layer``, ``on_critical``, cadence (``sync_every`` included),
+            ``functional_activations``, rollback setting or kind (the message names the
+            parameter).
 
     Attributes:
         monitor: the Monitor fed.
@@ -311,6 +364,9 @@ class TorchWatcher:
         last_signals: the keyword arguments fed to ``monitor.update`` at the latest update
             (``loss``, ``grad_norm``, ``lr``, ``update_ratio``, ``layer_grad_norms``... as
             measured; absent when not measured or not fed).
+        latest_signals: the latest value fed of each signal, whichever update fed it (a signal
+            measured every few steps, such as ``update_ratio``, keeps its last value; with
+            ``sync_every`` every step of a block counts).
         last_layer_update_ratios: per-layer ‖Δw‖/‖w‖ of the latest measuring step (or None).
         last_applied_grad_norm: the global norm of the gradients the latest step applied —
             after clipping (and unscaling) — when :meth:`capture_grads` measured them before
@@ -349,6 +405,15 @@ class TorchWatcher:
         functional_activations: bool = False,
         sync_every: int = 1,
     ) -> None:
+        if isinstance(model, torch.optim.Optimizer) and isinstance(optimizer, nn.Module):
+            raise ValueError("model and optimizer are in the wrong order: TorchWatcher(model, optimizer)")
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if monitor is not None and not isinstance(monitor, ts.Monitor):
+            hint = "; total_steps is keyword-only: total_steps=..." if isinstance(monitor, int) else ""
+            raise ValueError(f"monitor must be a trainsignals.Monitor or None, got {monitor!r}{hint}")
         if per_layer not in ("parameter", "module", None):
             raise ValueError(f"per_layer must be 'parameter', 'module' or None, got {per_layer!r}")
         if on_critical not in ("stop", "raise", "warn"):
@@ -402,9 +467,7 @@ class TorchWatcher:
         self.max_skipped = max_skipped
         # a torch.compile'd model (OptimizedModule) holds the original as _orig_mod: name after it
         model = getattr(model, "_orig_mod", model)
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        if not named:
-            raise ValueError("the model has no trainable parameters")
+        named = _watched_parameters(model, optimizer)
         self.param_names: tuple[str, ...] = tuple(n for n, _ in named)
         self._params: list[torch.Tensor] = [p for _, p in named]
         self._device = self._params[0].device
@@ -415,17 +478,29 @@ class TorchWatcher:
             pos = {m: i for i, m in enumerate(self.layer_names)}
             self._module_index: torch.Tensor | None = torch.tensor([pos[o] for o in owners], device=self._device)
         else:
+            owners = list(self.param_names)
             self.layer_names = self.param_names
             self._module_index = None
+        # parameters frozen now (held by the optimizer): "dormant" — no update ratio measured (NaN), not
+        # copied for it — until they first get a gradient (unfrozen); reported once at the first update
+        self._dormant: tuple[int, ...] = tuple(i for i, (_, p) in enumerate(named) if not p.requires_grad)
+        self._last_missing: tuple[int, ...] | None = None
+        live = {owners[i] for i in range(len(named)) if i not in set(self._dormant)}
+        self._frozen_note: list[str] = [n for n in dict.fromkeys(owners[i] for i in self._dormant) if n not in live]
         self.last_lrs: list[float] = []
         self.last_signals: dict[str, Any] = {}
+        self.latest_signals: dict[str, Any] = {}
         self.last_layer_update_ratios: Mapping[str, float] | None = None
         self.events: list[ts.Event] = []
-        self._step = 0                      # index of the optimizer step being measured
+        # index of the optimizer step being measured: a Monitor restored from a snapshot goes on from its step
+        self._step = self.monitor.step + 1
         self._grad_sq: torch.Tensor | None = None        # per-parameter squared norms of this step
         self._no_grad: torch.Tensor | None = None        # which parameters had no gradient then (None: all had)
+        self._grads_absent = False                       # none had: no grad norm is fed
+        self._index_cache: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
         self._ratio: torch.Tensor | None = None          # [global, per layer...] update ratios
         self._snapshot: list[torch.Tensor] | None = None
+        self._snap_active: tuple[int, ...] | None = None   # the parameters the snapshot holds (None: all)
         self._ratio_buf: list[torch.Tensor] | None = None
         self._lr_sq_key: tuple[float, ...] | None = None
         self._lr_sq: torch.Tensor | None = None
@@ -575,10 +650,58 @@ class TorchWatcher:
         return out
 
     def _grad_sq_now(self) -> torch.Tensor:
+        """Per-parameter squared grad norms now; notes which parameters have no gradient (``_no_grad``)
+        and whether none has (``_grads_absent``: no grad norm is fed then).
+        """
         grads = [p.grad for p in self._params]
-        self._no_grad = None if all(g is not None for g in grads) else \
-            torch.tensor([g is None for g in grads], device=self._device)
+        if all(g is not None for g in grads):
+            self._no_grad = None
+            self._grads_absent = False
+            if self._dormant:
+                self._wake(())
+            return self._norms(grads)   # type: ignore[arg-type]
+        missing = tuple(i for i, g in enumerate(grads) if g is None)
+        self._grads_absent = len(missing) == len(grads)
+        if self._dormant and missing != self._last_missing:   # the same pattern step after step: nothing to do
+            self._wake(missing)
+        self._no_grad = self._cached(("missing", missing), lambda: torch.tensor(
+            [g is None for g in grads], device=self._device))
         return self._sq_norms(grads)
+
+    def _wake(self, missing: tuple[int, ...]) -> None:
+        """Dormant parameters that have a gradient now (``missing``: those without one) are measured from
+        here on, as every other.
+        """
+        self._last_missing = missing
+        lacking = set(missing)
+        self._dormant = tuple(i for i in self._dormant if i in lacking)
+
+    def _active(self) -> tuple[int, ...] | None:
+        """The parameters the update ratio measures: all but the dormant ones (None: all)."""
+        if not self._dormant:
+            return None
+        dormant = set(self._dormant)
+        return tuple(i for i in range(len(self._params)) if i not in dormant)
+
+    def _full(self, sq: torch.Tensor, active: tuple[int, ...] | None) -> torch.Tensor:
+        """Per-parameter values of the ``active`` parameters spread over all of them (0 elsewhere)."""
+        if active is None:
+            return sq
+        out = torch.zeros(len(self._params), device=self._device)
+        if active:
+            out[self._cached(("present", active), lambda: torch.tensor(active, device=self._device))] = sq
+        return out
+
+    def _cached(self, key: tuple[str, tuple[int, ...]], make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """A small device tensor made once per key: the same parameters lacking a gradient step after
+        step (frozen ones, an unused branch) cost no host-to-device copy after the first.
+        """
+        t = self._index_cache.get(key)
+        if t is None:
+            if len(self._index_cache) >= 32:     # patterns that keep changing (routed experts): bounded
+                self._index_cache.clear()
+            t = self._index_cache[key] = make()
+        return t
 
     def _layer_norms(self, grad_sq: torch.Tensor) -> torch.Tensor:
         """Per-layer grad norms; ``nan`` (not measured) for a layer none of whose parameters has a
@@ -595,11 +718,11 @@ class TorchWatcher:
         """Squared norms, one per parameter; 0 where the tensor is None."""
         if all(t is not None for t in tensors):
             return self._norms(tensors)   # type: ignore[arg-type]
-        present = [i for i, t in enumerate(tensors) if t is not None]
+        present = tuple(i for i, t in enumerate(tensors) if t is not None)
         out = torch.zeros(len(tensors), device=self._device)
         if present:
             sq = self._norms([t for t in tensors if t is not None])
-            out[torch.tensor(present, device=self._device)] = sq
+            out[self._cached(("present", present), lambda: torch.tensor(present, device=self._device))] = sq
         return out
 
     def capture_grads(self, applied: bool = True) -> None:
@@ -640,8 +763,11 @@ class TorchWatcher:
             if from_hook:
                 self._grad_sq = self._grad_sq_now()
             if self._measure_ratio():
-                params = [p.detach() for p in self._params]
-                self._w_sq = self._norms(params)
+                self._snap_active = active = self._active()   # frozen since the start: neither normed nor copied
+                params = [p.detach() for p in self._params] if active is None else \
+                    [self._params[i].detach() for i in active]
+                self._w_sq = self._full(self._norms(params), active) if params else \
+                    torch.zeros(len(self._params), device=self._device)
                 lr_sq = self._sgd_lr_sq(optimizer, momentum=False) if from_hook else None
                 if lr_sq is not None and self._grad_sq is not None:
                     # plain SGD: the step is exactly -lr * g, so ||dw|| = lr * ||g||: no copy needed
@@ -651,7 +777,7 @@ class TorchWatcher:
                     # SGD with momentum: the step is -lr * the momentum buffer it leaves (read in the post-hook)
                     self._buf_lr_sq = buf_lr_sq
                 elif self.update_ratio_every == 1:   # every step: one buffer, kept
-                    if self._ratio_buf is None:
+                    if self._ratio_buf is None or len(self._ratio_buf) != len(params):
                         self._ratio_buf = [torch.empty_like(p) for p in params]
                     torch._foreach_copy_(self._ratio_buf, params)
                     self._snapshot = self._ratio_buf
@@ -696,11 +822,21 @@ class TorchWatcher:
             # capture_grads() measured the gradients before clipping (or unscaling); here they
             # are what the step applied (also when a closure ran backward inside step()): one
             # more fused norm pass, on such steps only
-            with torch.no_grad():
-                self._applied_sq = self._sq_norms([p.grad for p in self._params]).sum()
+            grads = [p.grad for p in self._params]
+            if any(g is not None for g in grads):
+                with torch.no_grad():
+                    self._applied_sq = self._sq_norms(grads).sum()
         if self.skip_nonfinite_steps and self.scaler is None:
             with torch.no_grad():
                 self._skip_finish(optimizer)
+        self._post_ratio(optimizer)
+        if self._dormant and self._grad_sq is None:
+            # a closure ran backward inside step() (the pre-hook saw no gradients): look now, after the
+            # step's update ratio was taken with the parameters the pre-hook knew
+            self._wake(tuple(i for i in self._dormant if self._params[i].grad is None))
+
+    def _post_ratio(self, optimizer: Any) -> None:
+        """Finish the update ratio of a measuring step: from SGD's momentum buffers, or the snapshot."""
         if self._buf_lr_sq is not None and self._w_sq is not None:
             with torch.no_grad():
                 state = optimizer.state
@@ -714,16 +850,34 @@ class TorchWatcher:
             return
         with torch.no_grad():
             snap = self._snapshot
-            torch._foreach_sub_(snap, [p.detach() for p in self._params])   # old - new, in place
-            self._ratio = self._ratios(self._norms(snap), self._w_sq)
+            torch._foreach_sub_(snap, self._snapped_params())   # old - new, in place
+            d_sq = self._full(self._norms(snap), self._snap_active) if snap else torch.zeros_like(self._w_sq)
+            self._ratio = self._ratios(d_sq, self._w_sq)
         self._snapshot = None
         self._w_sq = None
 
+    def _snapped_params(self) -> list[torch.Tensor]:
+        """The parameters the update-ratio snapshot copied, in its order (all but the dormant ones)."""
+        active = self._snap_active
+        return [p.detach() for p in self._params] if active is None else [self._params[i].detach() for i in active]
+
     def _ratios(self, d_sq: torch.Tensor, w_sq: torch.Tensor) -> torch.Tensor:
-        """[global, per layer...] ||dw|| / ||w|| from per-parameter squared norms."""
+        """[global, per layer...] ||dw|| / ||w|| from per-parameter squared norms; NaN (not measured)
+        for a layer all of whose parameters are dormant (their norms are left out: 0 here).
+        """
         glob = d_sq.sum().sqrt() / w_sq.sum().sqrt().clamp_min(1e-30)
         d_l, w_l = self._per_layer(d_sq), self._per_layer(w_sq)
-        return torch.cat([glob.reshape(1), d_l.sqrt() / w_l.sqrt().clamp_min(1e-30)])
+        out = torch.cat([glob.reshape(1), d_l.sqrt() / w_l.sqrt().clamp_min(1e-30)])
+        if self._dormant:
+            out = torch.where(self._cached(("dormant", self._dormant), self._dormant_layers), math.nan, out)
+        return out
+
+    def _dormant_layers(self) -> torch.Tensor:
+        """[False, per layer...]: True for a layer all of whose parameters are dormant."""
+        mark = torch.zeros(len(self._params), device=self._device)
+        mark[torch.tensor(self._dormant, device=self._device)] = 1.0
+        full = self._per_layer(mark) == self._per_layer(torch.ones_like(mark))
+        return torch.cat([torch.zeros(1, dtype=torch.bool, device=self._device), full])
 
     def _sgd_lr_sq(self, optimizer: Any, *, momentum: bool) -> torch.Tensor | None:
         """lr**2 per parameter when every param group is ``torch.optim.SGD`` of the kind asked
@@ -786,19 +940,27 @@ class TorchWatcher:
             steps, rollbacks), all of them also in ``monitor.events``.
 
         Raises:
+            TypeError: a signal that is not one number — a tensor of several elements (a per-sample
+                loss: reduce it first), a string... — or a step that is not a whole number; checked
+                before anything is measured or fed (a tensor's element count is read on the host:
+                no synchronisation).
+            ValueError: a step lower than the previous one.
             TrainingFailure: with ``on_critical="raise"``, when a critical event is not
                 handled by a rollback.
         """
         if self._fn_on:      # a forward interrupted before its forward hook ran
             self._fn_exit()
-        s = self._step if step is None else int(step)
+        s = self._step if step is None else self._check_step(step)
+        more = (("val_metric", val_metric), ("pred_top_share", pred_top_share), ("pred_spread", pred_spread))
+        _check_values((("loss", loss), ("grad_norm", grad_norm), ("val_loss", val_loss), *more))
+        if self._frozen_note:
+            self._note_frozen(s)
         scaler_skipped = self.scaler is not None and not self._stepped
         self._track_frozen(s, self._stepped or scaler_skipped)
-        packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped,
-                                          more=(("val_metric", val_metric), ("pred_top_share", pred_top_share),
-                                                ("pred_spread", pred_spread)))
+        packed, layout, host = self._pack(loss, grad_norm, val_loss, skipped=scaler_skipped, more=more)
         # reset for the next step
         self._grad_sq = None
+        self._grads_absent = False
         self._applied_sq = None
         self._applied_due = False
         self._ratio = None
@@ -814,6 +976,22 @@ class TorchWatcher:
         events = self._guard(s, self._feed(s, values, layout, host, scaler_skipped))
         self.events.extend(events)
         return events
+
+    def _check_step(self, step: Any) -> int:
+        """``step`` as an ``int``: a whole number (``TypeError`` otherwise, as the Monitor says) not
+        below the previous update's (``ValueError``), refused before anything is measured or held.
+        """
+        if type(step) is int:
+            s = step
+        elif isinstance(step, (int, np.integer)) and not isinstance(step, (bool, np.bool_)):
+            s = int(step)
+        elif isinstance(step, (float, np.floating)) and math.isfinite(step) and float(step).is_integer():
+            s = int(step)
+        else:
+            raise TypeError(f"step must be an integer, got {type(step).__name__} {step!r}")
+        if s < self._step - 1:
+            raise ValueError(f"step must not decrease: got {s} after {self._step - 1}")
+        return s
 
     def flush(self) -> list[ts.Event]:
         """Feed the Monitor the steps that ``sync_every`` held back, in one transfer.
@@ -870,6 +1048,7 @@ class TorchWatcher:
             self._skipped_run = 0
         events = self.monitor.update(step=s, events=own, **kw)
         self.last_signals = kw
+        self.latest_signals.update(kw)
         return events
 
     def _pack(self, loss: Any, grad_norm: Any, val_loss: Any, *, skipped: bool,
@@ -895,7 +1074,7 @@ class TorchWatcher:
             elif v is not None:
                 host[key] = v
         grad_sq = self._grad_sq
-        if grad_sq is not None and not skipped:
+        if grad_sq is not None and not skipped and not self._grads_absent:   # no gradient at all: not measured
             put("measured", grad_sq.sum().sqrt())
             if self.per_layer is not None:
                 put("layers", self._layer_norms(grad_sq))
@@ -963,6 +1142,19 @@ class TorchWatcher:
                 for n in self._acts
             }
         return kw
+
+    def _note_frozen(self, step: int) -> None:
+        """Report, once, the layers frozen (``requires_grad`` off) when the watcher was built that the
+        optimizer holds: they do not learn. Their update ratio is not measured while they have no
+        gradient (a 0 would drag the median layer the per-layer check compares with).
+        """
+        names, self._frozen_note = self._frozen_note, []
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        self._pending.append(make_event(
+            Kind.UPDATE_RATIO_LOW, "warning", step, step, "TorchWatcher", f"layer_update_ratios[{names[0]}]",
+            0.0, 0.0, f"{len(names)} layer{'s' if len(names) > 1 else ''} frozen (requires_grad off) when the "
+            f"watcher was built do{'' if len(names) > 1 else 'es'} not learn: {shown}; the optimizer holds "
+            "them, and their update ratio is measured once they get gradients (unfrozen)", layer=names[0]))
 
     def _track_frozen(self, step: int, stepped: bool) -> None:
         """Report a frozen optimizer: no ``optimizer.step()`` for :data:`FROZEN_AFTER` updates in a row
@@ -1164,6 +1356,21 @@ def pred_top_share(outputs: torch.Tensor, *, dim: int = -1, classes: int | None 
         counts = torch.zeros(n_classes, device=x.device, dtype=torch.float32)
         counts.scatter_add_(0, preds, torch.ones_like(preds, dtype=torch.float32))
         return counts.max() / preds.numel()
+
+
+def _check_values(values: Sequence[tuple[str, Any]]) -> None:
+    """Refuse, naming it, a signal that is not one number: a tensor of several elements (read on the
+    host: ``numel()`` needs no synchronisation) or what the Monitor refuses (a string, an array...).
+    """
+    for key, v in values:
+        if v is None or type(v) is float:
+            continue
+        if isinstance(v, torch.Tensor):
+            if v.numel() != 1:
+                hint = " (a per-sample loss? reduce it first: loss.mean())" if key == "loss" else ""
+                raise TypeError(f"{key} must be one number, got a tensor of shape {tuple(v.shape)}{hint}")
+        else:
+            scalar(key, v)
 
 
 def _finite(v: Any) -> bool:

@@ -546,7 +546,8 @@ class TrainSignalsCallback(TrainerCallback, ExportableState):
         # with sync_every > 1 the step may still be held on the device: its signals come later
         if self.watcher.monitor.step == step:
             got = self.watcher.last_signals
-            self._latest.update({k: float(got[k]) for k in _SIGNALS if k in got})
+            latest = self.watcher.latest_signals     # also the held steps' of a sync_every block
+            self._latest.update({k: float(latest[k]) for k in _SIGNALS if k in latest})
             if max_norm is not None and "grad_norm" in got:
                 # torch's clip_grad_norm_ scales by min(1, max_norm / (norm + 1e-6))
                 norm = float(got["grad_norm"])

@@ -128,8 +128,10 @@ def test_grad_stats_jit_matches_eager_and_numpy() -> None:
     only = grad_stats(g, per_leaf=False)
     assert set(only) == {"grad_norm"}
     kw = to_monitor_kwargs(jax.device_get(eager), leaf_names(params))
-    assert set(kw) == {"grad_norm", "update_ratio", "layer_grad_norms"}
-    assert list(kw["layer_grad_norms"]) == leaf_names(params)
+    assert set(kw) == {"grad_norm", "update_ratio", "layer_grad_norms", "layer_update_ratios"}
+    assert list(kw["layer_grad_norms"]) == list(kw["layer_update_ratios"]) == leaf_names(params)
+    np.testing.assert_allclose(list(kw["layer_update_ratios"].values()), np.asarray(eager["layer_update_ratios"]),
+                               rtol=1e-6, equal_nan=True)
 
 
 def test_monitored_without_params_omits_update_ratio() -> None:
@@ -224,3 +226,105 @@ def test_lagged_feed_gives_the_same_events_one_step_later() -> None:
     assert ev_direct and [e.to_dict() for e in ev_direct] == [e.to_dict() for e in ev_lagged]
     with pytest.raises(TypeError, match="unexpected"):
         feed(0, {}, grad=1.0)
+
+
+def _frozen_run(n: int, freeze_at: int, scan: bool) -> tuple[list[ts.Event], list[str]]:
+    """Adam on every layer; the first Dense layer's learning rate drops to 0 at ``freeze_at`` (a layer
+    frozen mid-run). Fed step by step (``to_monitor_kwargs``) or replayed (``to_scan_kwargs``)."""
+    params = MODEL.init(jax.random.PRNGKey(0), X[:1])
+    labels = jax.tree_util.tree_map_with_path(
+        lambda path, _: "frozen" if "Dense_0" in jax.tree_util.keystr(path) else "train", params)
+    tx = monitored(optax.multi_transform(
+        {"train": optax.adam(1e-3),
+         "frozen": optax.adam(optax.piecewise_constant_schedule(1e-3, {freeze_at: 0.0}))}, labels))
+    names = leaf_names(params)
+
+    @jax.jit
+    def step(params: Any, opt: Any, x: Any, y: Any) -> Any:
+        loss, g = jax.value_and_grad(_loss)(params, x, y)
+        u, opt = tx.update(g, opt, params)
+        return optax.apply_updates(params, u), opt, {**measurements(opt), "loss": loss}
+
+    opt = tx.init(params)
+    xb, yb = _batches(n)
+    mon = ts.Monitor(total_steps=n)
+    rows, events = [], []
+    for s in range(n):
+        params, opt, st = step(params, opt, xb[s], yb[s])
+        host = jax.device_get(st)
+        rows.append(host)
+        if not scan:
+            events += mon.update(step=s, **to_monitor_kwargs(host, names))
+    if scan:
+        stacked = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+        events = mon.scan(**to_scan_kwargs(stacked, names, step=np.arange(n)))
+    return events, names
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_a_layer_frozen_mid_run_is_named_by_its_update_ratio(scan: bool) -> None:
+    """The per-leaf update ratios reach the Monitor (they used to be measured and dropped): a layer
+    whose updates stop while the others learn is an ``update_ratio_low`` event naming it."""
+    n, at = 220, 150
+    events, _ = _frozen_run(n, at, scan)
+    loud = [e for e in events if e.severity in BAD]
+    assert [str(e) for e in loud if e.step < at] == []
+    low = [e for e in loud if e.kind.value == "update_ratio_low"]
+    assert low and at <= low[0].step <= at + 5, [str(e) for e in loud]
+    assert low[0].layer is not None and low[0].layer.startswith("params/Dense_0/")
+
+
+def test_multisteps_micro_steps_feed_no_per_layer_update_ratios() -> None:
+    """optax.MultiSteps updates nothing on its accumulation steps (``update_norm`` 0): no per-layer
+    ratio is fed for them, and a healthy accumulated run stays quiet."""
+    params = MODEL.init(jax.random.PRNGKey(0), X[:1])
+    tx = monitored(optax.MultiSteps(optax.adam(1e-3), every_k_schedule=4))
+    names = leaf_names(params)
+
+    @jax.jit
+    def step(params: Any, opt: Any, x: Any, y: Any) -> Any:
+        loss, g = jax.value_and_grad(_loss)(params, x, y)
+        u, opt = tx.update(g, opt, params)
+        return optax.apply_updates(params, u), opt, {**measurements(opt), "loss": loss}
+
+    opt = tx.init(params)
+    n = 300
+    xb, yb = _batches(n)
+    mon = ts.Monitor(total_steps=n)
+    rows, events, fed = [], [], []
+    for s in range(n):
+        params, opt, st = step(params, opt, xb[s], yb[s])
+        host = jax.device_get(st)
+        rows.append(host)
+        kw = to_monitor_kwargs(host, names)
+        fed.append("layer_update_ratios" in kw)
+        events += mon.update(step=s, **kw)
+    assert fed == [s % 4 == 3 for s in range(n)]
+    assert [str(e) for e in events if e.severity in BAD] == []
+    stacked = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+    cols = to_scan_kwargs(stacked, names)["layer_update_ratios"]
+    moved = np.arange(n) % 4 == 3
+    for name, col in cols.items():
+        assert np.isnan(col[~moved]).all()
+        if name.endswith("kernel"):
+            assert np.isfinite(col[moved]).all() and (col[moved] > 0).all()
+
+
+def test_val_metric_passes_through() -> None:
+    kw = to_monitor_kwargs({"grad_norm": np.float32(1.0), "val_metric": np.float32(0.75)})
+    assert kw == {"grad_norm": 1.0, "val_metric": 0.75}
+    cols = to_scan_kwargs({"loss": np.ones(3), "val_metric": np.array([np.nan, 0.5, np.nan])})
+    np.testing.assert_array_equal(cols["val_metric"], [np.nan, 0.5, np.nan])
+    rows: list[dict[str, float]] = []
+
+    class Rows:
+        def record(self, *, step: int, signals: Any, **_: Any) -> None:
+            rows.append(dict(signals))
+
+        def record_batch(self, **_: Any) -> None:
+            raise AssertionError("LaggedFeed never scans")
+
+    feed = LaggedFeed(ts.Monitor(recorder=Rows()))
+    feed(0, {"grad_norm": jnp.float32(1.0)}, loss=jnp.float32(1.0), val_metric=jnp.float32(0.5))
+    feed.flush()
+    assert rows == [{"loss": 1.0, "grad_norm": 1.0, "val_metric": 0.5}]

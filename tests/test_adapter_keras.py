@@ -134,19 +134,23 @@ def test_import_trainsignals_does_not_import_keras() -> None:
 
 
 def test_bad_arguments() -> None:
+    """Every bad argument is refused when the callback is built, by a ValueError naming it (a wrong
+    ``monitor`` or ``verbose`` used to pass and fail at the first batch, or print nothing)."""
     _skip_unless("jax")
     code = (
         "from trainsignals.adapters.keras import TrainSignalsCallback as C\n"
-        "bad = [dict(on_critical='explode'), dict(log_every=0), dict(also_stop_on=('nope',))]\n"
-        "n = 0\n"
+        "bad = [dict(on_critical='explode'), dict(log_every=0), dict(also_stop_on=('nope',)), dict(monitor='m'),\n"
+        "       dict(monitor=300), dict(verbose='yes'), dict(verbose=3), dict(total_steps='100'),\n"
+        "       dict(total_steps=0), dict(restore_best_weights='yes')]\n"
+        "named = []\n"
         "for kw in bad:\n"
-        "    try:\n        C(**kw)\n    except ValueError:\n        n += 1\n"
+        "    try:\n        C(**kw)\n    except ValueError as e:\n        named.append(str(e).startswith(next(iter(kw))))\n"
         "C(also_stop_on=('overfitting',))\n"
-        "print(n)\n"
+        "print(len(bad), named.count(True))\n"
     )
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "3"
+    assert out.stdout.strip() == "10 10"
 
 
 # ------------------------------------------------------------------------------------------

@@ -295,6 +295,26 @@ def test_signals_and_event_counts_are_in_the_csv_metrics(tmp_path: Path) -> None
     assert float(last["trainsignals/lr"]) == pytest.approx(LR * 100)
 
 
+@pytest.mark.parametrize("sync_every", [1, 7])
+def test_every_row_carries_the_latest_update_ratio(tmp_path: Path, sync_every: int) -> None:
+    """The update ratio is measured every 10th step (0, 10, ...) and rows are written every 10th
+    (9, 19, ...): each row carries the latest measured ratio (none ever did). With ``sync_every=7`` the
+    rows off a block boundary are written too (they were not), with the values fed up to then."""
+    spy = Spy()
+    cb = TrainSignalsCallback(ts.Monitor(total_steps=60, recorder=spy), verbose=0, sync_every=sync_every)
+    trainer = fit(DigitsMLP(0), [cb], steps=60, tmp_path=tmp_path, log_every_n_steps=10)
+    fed = spy.train_rows()
+    rows = {int(r["step"]): r for r in metrics_csv(trainer) if r.get("trainsignals/loss")}
+    assert sorted(rows) == list(range(9, 60, 10))
+    for s, r in rows.items():
+        # what the Monitor had been fed when row s was written: every step up to s, or up to the
+        # end of the latest full block of 7
+        known = [f for t, f in fed if t <= (s if sync_every == 1 else (s + 1) // 7 * 7 - 1)]
+        assert float(r["trainsignals/loss"]) == pytest.approx(known[-1]["loss"], rel=1e-6)
+        ratio = [f["update_ratio"] for f in known if "update_ratio" in f][-1]
+        assert float(r["trainsignals/update_ratio"]) == pytest.approx(ratio, rel=1e-6)
+
+
 def test_grad_norm_is_the_one_before_lightning_clips(tmp_path: Path) -> None:
     spy, direct = Spy(), GradSpy()
     cb = TrainSignalsCallback(ts.Monitor(recorder=spy), verbose=0)

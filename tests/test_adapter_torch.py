@@ -158,7 +158,8 @@ def test_layer_names_and_grad_norms_match_named_parameters() -> None:
     spy2 = Spy(w2)
     one_step(model2, opt2, w2)
     assert list(spy2.fed[0]["layer_grad_norms"]) == ["0", "2", "4"]
-    w3 = TorchWatcher(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), per_layer=None)
+    model3 = mlp()
+    w3 = TorchWatcher(model3, torch.optim.SGD(model3.parameters(), lr=0.1), per_layer=None)
     assert w3.layer_names
     with pytest.raises(ValueError, match="per_layer"):
         TorchWatcher(model, opt, per_layer="layer")  # type: ignore[arg-type]
@@ -382,3 +383,210 @@ def test_a_layer_left_out_of_the_graph_is_not_measured_and_a_zero_gradient_is_ze
     fed = spy.fed[0]["layer_grad_norms"]
     assert math.isnan(fed["branch"]) and fed["dead"] == 0.0 and fed["used"] > 0.0
     assert spy.fed[0]["grad_norm"] == pytest.approx(fed["used"], rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# Set-ups that used to pass unnoticed, wrong input
+# ------------------------------------------------------------------------------------------
+def test_an_optimizer_over_another_model_is_refused_and_one_over_part_of_it_warns() -> None:
+    """An optimizer built before the model was rebuilt steps other tensors: the watched weights never
+    change (the update ratios were exactly 0 with no event). One that leaves trainable parameters
+    out names them; one over every parameter says nothing."""
+    stale = torch.optim.Adam(mlp().parameters(), 1e-3)
+    with pytest.raises(ValueError, match="optimizer holds none of the model's 6 parameters"):
+        TorchWatcher(mlp(), stale)
+    model = mlp()
+    with pytest.warns(RuntimeWarning, match=r"4 of the model's 6 trainable parameters are not in the optimizer "
+                                            r"\(0\.weight, 0\.bias, 2\.weight, 2\.bias\)"):
+        w = TorchWatcher(model, torch.optim.Adam(model[4].parameters(), 1e-3))
+    assert w.param_names == tuple(n for n, _ in model.named_parameters())   # still watched: they never learn
+    w.close()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TorchWatcher(model, torch.optim.Adam(model.parameters(), 1e-3)).close()
+
+
+def test_a_per_sample_loss_or_grad_norm_is_refused_before_anything_is_consumed() -> None:
+    """A tensor of several values used to be cut to its first element; it is refused (as the Monitor
+    refuses an array), and the step's measurements are still there for a correct call."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for sync_every in (1, 4):            # refused at the call, not when the block is fed
+        w = TorchWatcher(model, opt, sync_every=sync_every)
+        spy = Spy(w)
+        X, y = digits()
+        per_sample = F.cross_entropy(model(X[:32]), y[:32], reduction="none")
+        per_sample.mean().backward()
+        expected = math.sqrt(sum(p.grad.norm().item() ** 2 for p in model.parameters()))
+        opt.step()
+        with pytest.raises(TypeError, match=r"loss must be one number, got a tensor of shape \(32,\).*loss\.mean"):
+            w.update(loss=per_sample)
+        with pytest.raises(TypeError, match=r"grad_norm must be one number, got a tensor of shape \(2,\)"):
+            w.update(loss=per_sample.mean(), grad_norm=torch.tensor([5.0, 6.0]))
+        with pytest.raises(TypeError, match="val_loss must be a real number"):
+            w.update(loss=per_sample.mean(), val_loss="x")
+        with pytest.raises(TypeError, match="step must be an integer, got float 10.7"):
+            w.update(loss=per_sample.mean(), step=10.7)
+        w.update(loss=per_sample.mean().reshape(1, 1))     # one element, any shape
+        w.close()
+        assert len(spy.fed) == 1 and spy.fed[0]["step"] == 0
+        assert spy.fed[0]["loss"] == pytest.approx(per_sample.mean().item(), rel=1e-6)
+        assert spy.fed[0]["grad_norm"] == pytest.approx(expected, rel=1e-5)
+        opt.zero_grad()
+
+
+def test_a_restored_monitor_continues_its_steps() -> None:
+    """A watcher given a Monitor restored from a snapshot goes on at its step + 1 (it used to start
+    at 0 and the Monitor refused the first update: "step must not decrease")."""
+    import trainsignals as ts
+
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    w = TorchWatcher(model, opt, total_steps=100)
+    for s in range(50):
+        one_step(model, opt, w, seed=s % 40)
+    w.close()
+    saved = w.monitor.state_dict()
+    mon = ts.Monitor(total_steps=100)
+    mon.load_state_dict(saved)
+    w2 = TorchWatcher(model, opt, mon)
+    assert w2.step == 50
+    spy = Spy(w2)
+    for s in range(5):
+        one_step(model, opt, w2, seed=s)
+    assert [kw["step"] for kw in spy.fed] == [50, 51, 52, 53, 54] and mon.step == 54
+    with pytest.raises(ValueError, match="step must not decrease: got 3 after 54"):
+        w2.update(step=3)
+    w2.close()
+
+
+@pytest.mark.parametrize("bug", ["no_backward", "zero_grad_before_step"])
+def test_a_step_without_any_gradient_feeds_no_grad_norm(bug: str) -> None:
+    """No parameter has a gradient (``backward()`` forgotten, ``zero_grad()`` before ``step()``): the
+    grad norm is not measured — neither global nor per layer — instead of a measured 0."""
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    w = TorchWatcher(model, opt, update_ratio_every=1)
+    spy = Spy(w)
+    X, y = digits()
+    for _ in range(3):
+        loss = F.cross_entropy(model(X[:32]), y[:32])
+        if bug == "zero_grad_before_step":
+            loss.backward()
+            opt.zero_grad()
+        opt.step()
+        w.update(loss=loss)
+    fed = spy.fed[-1]
+    assert "grad_norm" not in fed and "layer_grad_norms" not in fed
+    assert fed["loss"] > 0 and fed["update_ratio"] == 0.0          # the weights did not move: measured 0
+    assert [e for e in w.monitor.events if e.kind.value == "nonfinite"] == []
+    one_step(model, opt, w)                                          # gradients again: measured again
+    assert spy.fed[-1]["grad_norm"] > 0 and len(spy.fed[-1]["layer_grad_norms"]) == 6
+    w.close()
+
+
+def test_layers_frozen_before_the_watcher_are_reported_once_and_measured_once_unfrozen(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The usual recipe — freeze layers, build the optimizer over every parameter, unfreeze later —
+    used to leave those layers unwatched for the whole run. They are reported at the first update
+    (``update_ratio_low``), not measured while frozen (NaN: neither normed nor copied, and no 0 to
+    drag the median layer down: the learning layers are not called "far too violent"; the global
+    update ratio is that of the parameters that learn), and measured from their first gradient."""
+    model = mlp()
+    model[0].requires_grad_(False)
+    model[2].requires_grad_(False)                        # 4 of the 6 tensors frozen
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    w = TorchWatcher(model, opt, total_steps=300, update_ratio_every=5)
+    assert w.param_names == tuple(n for n, _ in model.named_parameters())
+    spy = Spy(w)
+    copied: list[int] = []
+    real_mul = torch._foreach_mul
+
+    def counted_mul(tensors: Any, *a: Any, **k: Any) -> Any:
+        copied.append(sum(t.numel() for t in tensors))
+        return real_mul(tensors, *a, **k)
+
+    monkeypatch.setattr(torch, "_foreach_mul", counted_mul)
+    X, y = digits()
+    g = torch.Generator().manual_seed(0)
+    events = []
+    for s in range(220):
+        if s == 200:
+            model[2].requires_grad_(True)                 # unfrozen
+        idx = torch.randint(0, len(X), (128,), generator=g)
+        loss = F.cross_entropy(model(X[idx]), y[idx])
+        loss.backward()
+        direct = math.sqrt(sum(p.grad.norm().item() ** 2 for p in model.parameters() if p.grad is not None))
+        learning = [p for p in model.parameters() if p.requires_grad]
+        before = [p.detach().clone() for p in learning]
+        opt.step()
+        events += w.update(loss=loss)
+        opt.zero_grad()
+        fed = spy.fed[-1]
+        assert fed["grad_norm"] == pytest.approx(direct, rel=1e-5)
+        assert math.isnan(fed["layer_grad_norms"]["0.weight"])
+        assert math.isnan(fed["layer_grad_norms"]["2.weight"]) == (s < 200)
+        if s % 5 == 0:
+            ratios = fed["layer_update_ratios"]
+            assert math.isnan(ratios["0.weight"]) and math.isnan(ratios["2.weight"]) == (s < 200)
+            assert ratios["4.weight"] > 0 and (s < 200 or ratios["2.weight"] > 0)
+            d = math.sqrt(sum((p.detach() - b).norm().item() ** 2 for p, b in zip(learning, before)))
+            assert fed["update_ratio"] == pytest.approx(d / math.sqrt(sum(b.norm().item() ** 2 for b in before)),
+                                                        rel=1e-4)
+    monkeypatch.undo()
+    trainable = sum(p.numel() for p in model[4].parameters())
+    assert copied[:40] == [trainable] * 40                 # the frozen layers were never copied
+    note = events[0]
+    assert (note.step, note.kind.value, note.severity, note.detector, note.layer) == \
+        (0, "update_ratio_low", "warning", "TorchWatcher", "0.weight")
+    assert "4 layers frozen (requires_grad off) when the watcher was built do not learn: " \
+           "0.weight, 0.bias, 2.weight, 2.bias" in note.message
+    assert note in w.monitor.events
+    assert [str(e) for e in events if e.kind.value == "update_ratio_high"] == []
+    assert [str(e) for e in events[1:] if e.step < 200 and e.severity != "info"] == []
+    w.close()
+
+
+def test_frozen_parameters_cost_no_host_to_device_copy_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parameters without a gradient step after step (frozen, in the optimizer) reuse the device index
+    built at the first step: no ``torch.tensor`` from host lists per step (on a GPU each one waits for
+    the stream)."""
+    model = mlp()
+    model[0].requires_grad_(False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    w = TorchWatcher(model, opt, update_ratio_every=1)
+    one_step(model, opt, w)
+    made: list[int] = []
+    real = torch.tensor
+
+    def counted(*a: Any, **k: Any) -> Any:
+        made.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(torch, "tensor", counted)
+    for s in range(1, 4):
+        one_step(model, opt, w, seed=s)
+    monkeypatch.undo()
+    assert made == []
+    w.close()
+
+
+def test_wrong_arguments_are_refused_at_construction_naming_them() -> None:
+    """A wrong ``monitor`` (a positional total_steps) used to fail at the first update with an
+    AttributeError, swapped arguments with a bare AttributeError."""
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    bad: list[tuple[Any, str]] = [
+        (lambda: TorchWatcher(opt, model), "model and optimizer are in the wrong order"),   # type: ignore[arg-type]
+        (lambda: TorchWatcher("model", opt), "model must be a torch.nn.Module, got str"),   # type: ignore[arg-type]
+        (lambda: TorchWatcher(model, None), "optimizer must be a torch.optim.Optimizer, got NoneType"),  # type: ignore[arg-type]
+        (lambda: TorchWatcher(model, opt, 300),                                            # type: ignore[arg-type]
+         "monitor must be a trainsignals.Monitor or None, got 300; total_steps is keyword-only"),
+        (lambda: TorchWatcher(model, opt, "m"), "monitor must be a trainsignals.Monitor or None, got 'm'"),  # type: ignore[arg-type]
+        (lambda: TorchWatcher(nn.ReLU(), opt), "model has no parameters"),
+    ]
+    for make, match in bad:
+        with pytest.raises(ValueError, match=match):
+            make()
+    assert len(opt._optimizer_step_pre_hooks) == 0          # nothing was hooked
