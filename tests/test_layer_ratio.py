@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -53,3 +55,28 @@ def test_bad_configuration_names_the_parameter() -> None:
                      ({"fast": 0.01, "slow": 0.1}, "slow")):
         with pytest.raises(ValueError, match=name):
             ts.LayerUpdateRatio(**kw)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_layer_measured_late_starts_its_levels_at_its_first_value(seed):
+    """A layer without values at first (frozen when the watcher was built, an expert routed late) is not
+    a layer at ratio 1 or grad norm 1: it draws nothing when its values arrive, and a later freeze of it is
+    still named; scan gives update's events and state on such a run, in random chunks."""
+    rng = np.random.default_rng(seed)
+    late = np.tile([5e-3, 6e-3, 3e-3, 4e-3], (400, 1)) * np.exp(rng.normal(0, 0.1, (400, 4)))
+    late[:200, 0] = np.nan
+    frozen = late.copy()
+    frozen[300:, 0] = 1e-9
+    for cls, signal in ((ts.LayerUpdateRatio, "layer_update_ratios"), (ts.MedianGapGradCliff, "layer_grad_norms"),
+                        (ts.OwnDropGradCliff, "layer_grad_norms")):
+        assert cls().scan(**{signal: late}) == [], cls.__name__
+        streamed, det = [], cls()
+        for t, row in enumerate(frozen):
+            streamed += det.update(step=t, **{signal: row})
+        assert streamed and streamed[0].layer == "layer0" and 300 <= streamed[0].step <= 310, cls.__name__
+        cuts = np.sort(rng.choice(np.arange(1, 400), 9, replace=False)).tolist()
+        batched, twin = [], cls()
+        for lo, hi in zip([0, *cuts], [*cuts, 400], strict=True):
+            batched += twin.scan(steps=np.arange(lo, hi), **{signal: frozen[lo:hi]})
+        assert [e.to_dict() for e in batched] == [e.to_dict() for e in streamed], cls.__name__
+        assert json.dumps(twin.state_dict(), allow_nan=False) == json.dumps(det.state_dict(), allow_nan=False)

@@ -25,7 +25,8 @@ from ._base import Detector, _jsonable
 from ._factors import times
 from ._ops import lfilter
 
-__all__ = ["LayerLevels", "CALM", "as_named_vector", "cliff_message", "middle", "first_bad_row"]
+__all__ = ["LayerLevels", "CALM", "as_named_vector", "center", "cliff_message", "middle", "first_bad_row",
+           "plain_levels"]
 
 #: decades from both references within which a layer counts as calm (its onset is the last calm step):
 #: one order of magnitude, far beyond the step-to-step scatter of a healthy layer's grad norm
@@ -48,6 +49,16 @@ def middle(a: np.ndarray) -> np.ndarray:
         return np.partition(a, k, axis=-1)[..., k]
     part = np.partition(a, (k - 1, k), axis=-1)
     return (part[..., k - 1] + part[..., k]) * 0.5
+
+
+def center(a: np.ndarray) -> float:
+    """The median layer of one row of levels, over the layers measured so far (nan: not yet measured)."""
+    return float(middle(a)) if not np.isnan(a).any() else float(np.nanmedian(a))
+
+
+def plain_levels(a: np.ndarray) -> list[float | None]:
+    """A row of levels for a state dict: a layer not yet measured as ``None`` (JSON has no nan)."""
+    return [None if v != v else v for v in a.tolist()]
 
 
 def first_bad_row(u: np.ndarray) -> int:
@@ -96,7 +107,7 @@ class LayerLevels(Detector):
 
     def _get_state(self) -> dict[str, Any]:
         st = {k: _jsonable(getattr(self, "_" + k)) for k in self._state_keys if k not in ("f", "s")}
-        return {**st, "f": self._fs[0].tolist(), "s": self._fs[1].tolist()}
+        return {**st, "f": plain_levels(self._fs[0]), "s": plain_levels(self._fs[1])}
 
     def _set_state(self, state: dict[str, Any]) -> None:
         for k in self._state_keys:
@@ -141,14 +152,16 @@ class LayerLevels(Detector):
         return self._partial(values, u, step)
 
     def _partial(self, values: LayerValues, u: np.ndarray, step: int) -> Event | None:
-        """A value with non-finite layers (they keep their levels), or the first value of a set of layers."""
+        """A value with non-finite layers (they keep their levels), or the first value of a set of
+        layers; a layer not measured yet has no level (nan) until its first finite value starts it.
+        """
         ok = np.isfinite(u)
         if not ok.any():
             return None
         if self._n == 0 or self._fs.shape[1] != len(u):
             got = values.shared.get((self._floor, "first"))
             if got is None:
-                f = np.where(ok, u, 0.0)
+                f = np.where(ok, u, np.nan)
                 got = values.shared[(self._floor, "first")] = np.stack([f, f])
                 got.flags.writeable = False
             self._fs = got
@@ -159,9 +172,10 @@ class LayerLevels(Detector):
         key = (*self._recipe, "partial")
         got = values.shared.get(key)
         if got is None or got[0] is not self._fs:
-            new = np.where(ok, self._w * np.where(ok, u, 0.0) + self._keep * self._fs, self._fs)
+            fs, uu = self._fs, np.where(ok, u, 0.0)
+            new = np.where(ok, np.where(np.isnan(fs), uu, self._w * uu + self._keep * fs), fs)
             new.flags.writeable = False
-            got = values.shared[key] = (self._fs, (new, float(new[0].min()), float(new.max())))
+            got = values.shared[key] = (self._fs, (new, float(np.nanmin(new[0])), float(np.nanmax(new))))
         self._fs, lo, top = got[1]
         self._n += 1
         return self._check(step, lo, top)
@@ -172,7 +186,7 @@ class LayerLevels(Detector):
     def _refs(self) -> tuple[np.ndarray, np.ndarray]:
         """Per layer, the decades its fast level lies below the median layer's and below its own slow level."""
         f, s = self._fs
-        return float(middle(f)) - f, s - f
+        return center(f) - f, s - f
 
     def _check(self, step: int, lo: float, top: float) -> Event | None:
         """Update the calm steps, then judge (after warm-up, outside the cooldown).
@@ -188,7 +202,7 @@ class LayerLevels(Detector):
             below, dropped = self._refs()
             far = np.maximum(below, dropped)
             np.copyto(self._calm, step, where=far < CALM)
-            bound = float(far.max())
+            bound = float(np.nanmax(far))
         if step <= self._quiet_until or self._n <= self.warmup or bound < self._least:
             return None
         if below is None or dropped is None:
@@ -239,7 +253,8 @@ class LayerLevels(Detector):
         decades below the median layer and below the layer's own history — or None when no
         vectorised advance is possible (warming up, cooling down, new layers, a non-finite row).
         """
-        if self._n <= self.warmup or steps[i] <= self._quiet_until or self._fs.shape[1] != mat.shape[1]:
+        if (self._n <= self.warmup or steps[i] <= self._quiet_until or self._fs.shape[1] != mat.shape[1]
+                or np.isnan(self._fs).any()):  # a layer not measured yet: the scalar path starts it
             return None
         levels = self._levels(mat, i)
         if levels is None:

@@ -10,7 +10,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range
 from ._base import Input, Knob, _jsonable
 from ._factors import times
-from ._layer_levels import CALM, LayerLevels, middle
+from ._layer_levels import CALM, LayerLevels, center, middle, plain_levels
 
 
 class LayerUpdateRatio(LayerLevels):
@@ -93,7 +93,7 @@ class LayerUpdateRatio(LayerLevels):
 
     def _get_state(self) -> dict[str, Any]:
         st = {k: _jsonable(getattr(self, "_" + k)) for k in self._state_keys if k not in ("f", "s")}
-        return {**st, "f": self._fs[0].tolist(), "s": self._fs[1].tolist()}
+        return {**st, "f": plain_levels(self._fs[0]), "s": plain_levels(self._fs[1])}
 
     def _set_state(self, state: dict[str, Any]) -> None:
         self._n, self._last_step = int(state["n"]), int(state["last_step"])
@@ -114,7 +114,7 @@ class LayerUpdateRatio(LayerLevels):
         if self._n <= self.warmup:  # the own history starts after warm-up (first ratios are atypical)
             self._fs = np.stack([self._fs[0], self._fs[0]])
         f, s = self._fs
-        med = float(middle(f))
+        med = center(f)
         below, dropped = med - f, s - f
         in_lo = np.maximum(below, dropped) < CALM
         in_hi = np.maximum(-below, -dropped) < CALM
@@ -127,7 +127,7 @@ class LayerUpdateRatio(LayerLevels):
             return None
         if self._n <= self.warmup:
             return None
-        med_drop = float(middle(dropped))  # > 0: the median layer fell below its own history
+        med_drop = center(dropped)  # > 0: the median layer fell below its own history
         for low, far, moved, calm, rep, med_moved in (
                 (True, below, dropped, self._calm, self._rep, med_drop),
                 (False, -below, -dropped, self._calm_hi, self._rep_hi, -med_drop)):
