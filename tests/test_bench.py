@@ -575,3 +575,192 @@ def test_cli_scores_a_calibration_file_beside_the_default(tmp_path: Path, monkey
     assert list(scores) == ["trainsignals", "calibrated"]
     healthy = {k: v["healthy_alarm_rate"] for k, v in scores.items()}
     assert healthy["calibrated"] > healthy["trainsignals"]
+
+
+# --------------------------------------------------------------------------- your own detector
+
+
+def _loss_above_start() -> type:
+    """The writing-a-detector guide's detector: warns once when the loss passes ``factor`` x its first value."""
+    import math
+
+    import trainsignals as ts
+
+    class LossAboveStart(ts.Detector):
+        inputs = (ts.Input("loss"),)
+        _state_keys = ("first", "fired", "last_step")
+
+        def __init__(self, factor: float = 2.0) -> None:
+            ts.check_range("factor", factor, 1, None, lo_open=True)
+            self.factor = factor
+            self._reset()
+
+        def _reset(self) -> None:
+            self._first: float | None = None
+            self._fired = False
+            self._last_step = -1
+
+        def _step(self, loss: float, step: int) -> Any:
+            self._last_step = step
+            if not math.isfinite(loss):
+                return None
+            if self._first is None:
+                self._first = loss
+            if self._fired or not loss > self.factor * self._first:
+                return None
+            self._fired = True
+            return ts.make_event(ts.Kind.DIVERGENCE, "warning", step, step, "LossAboveStart", "loss",
+                                 loss, self.factor * self._first, "loss above start")
+
+    return LossAboveStart
+
+
+def _small_curves() -> list[Any]:
+    from trainsignals.curves import generate
+
+    return [generate("divergence", s, "easy", n_steps=400) for s in range(2)] + [
+        generate("healthy", s, n_steps=400) for s in range(2)]
+
+
+def test_run_bench_builds_a_detector_class_per_curve_and_feeds_it_only_its_inputs() -> None:
+    import trainsignals as ts
+
+    cls = _loss_above_start()
+    curves = _small_curves()
+    made: list[Any] = []
+
+    class Sized(cls):  # type: ignore[misc,valid-type]
+        def __init__(self, factor: float = 2.0, total_steps: int | None = None) -> None:
+            made.append(total_steps)
+            super().__init__(factor)
+
+        def _params(self) -> dict[str, Any]:  # total_steps is not kept: repr and state need not know it
+            return {"factor": self.factor}
+
+    res = run_bench(detectors={"class": cls, "sized": Sized, "factory": lambda: cls(3.0),
+                               "instance": cls(3.0), "builtin": ts.TrendDivergence()},
+                    curves=curves, baselines=False, main="class")
+    assert list(res.scores) == ["class", "sized", "factory", "instance", "builtin"]
+    assert made == [c.total_steps for c in curves]          # built per curve, told its length
+    for name in ("class", "sized", "factory", "instance"):
+        s = res.scores[name]
+        assert s.kinds["divergence"].rate == 1.0 and s.healthy_alarms == 0, name
+    assert res.scores["builtin"].kinds["divergence"].n == 2
+    assert {a.detector for r in res.scores["class"].curves for a in r.alarms} == {"LossAboveStart"}
+    # the same events as the testing helpers give, curve by curve
+    from trainsignals.testing import run_detector
+
+    for c, r in zip(curves, res.scores["factory"].curves, strict=True):
+        assert r.alarms == tuple(events_to_alarms(run_detector(cls(3.0), c)))
+
+
+def test_a_detector_sees_nothing_on_a_curve_without_its_inputs() -> None:
+    import trainsignals as ts
+
+    class Spread(_loss_above_start()):  # type: ignore[misc]
+        inputs = (ts.Input("pred_spread"),)
+
+        def _step(self, pred_spread: float, step: int) -> Any:  # type: ignore[override]
+            raise AssertionError("never fed: no curve has pred_spread")
+
+    s = score(Spread, _small_curves())
+    assert s.n_alarmed == 0 and s.healthy_alarms == 0 and s.kinds["divergence"].detected == 0
+
+
+def test_a_factory_must_build_something_that_scans() -> None:
+    with pytest.raises(TypeError, match="has no scan"):
+        score(lambda: object(), _small_curves()[:1], name="broken")
+
+
+def test_to_dict_agrees_with_check_targets_when_the_main_detector_was_not_run() -> None:
+    res = _result()
+    other = BenchResult("s", 1, {"x": res.scores["other"]})
+    d = other.to_dict()
+    assert d["targets"]["met"] is False and d["targets"]["unmet"] == other.check_targets() == [
+        "main detector 'trainsignals' was not run"]
+
+
+def test_cli_json_carries_the_rules_and_family_tables(fake_suite: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--json", "--no-baselines", "--rules", "--by-family"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    fams = d["families"]["trainsignals"]
+    assert sorted(fams) == ["easy", "hard"]
+    assert fams["hard"]["kinds"]["divergence"]["n"] == 1 and fams["hard"]["kinds"]["divergence"]["detected"] == 0
+    assert fams["easy"]["n_healthy"] == 3 and fams["easy"]["healthy_alarms"] == 1
+    assert isinstance(d["rules"], list) and all(set(r) == {"detector", "kind", "alarms", "runs", "steps", "per_10k"}
+                                                for r in d["rules"])
+    assert bench.main(["--json", "--no-baselines"]) == 0
+    assert not {"families", "rules"} & set(json.loads(capsys.readouterr().out))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--suite", "real", "--withhold", "lr"], "does not go with --withhold"),
+    (["--suite", "real", "--log-every", "5", "--target-window"], "does not go with --log-every, --target-window"),
+    (["--suite", "dev", "--check"], "does not go with --check"),
+    (["--suite", "real", "--calibration", "c.json"], "does not go with --calibration"),
+    (["--suite", "real", "--rules"], "does not go with --rules"),
+    ([], "needs a real-run tuning suite: give --suite real or --suite dev"),
+    (["--suite", "synthetic"], "the synthetic suite's families are difficulties"),
+    (["--suite", "heldout"], "the held-out suite is never calibrated on"),
+])
+def test_leave_one_family_out_refuses_what_it_would_ignore(argv: list[str], message: str,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from trainsignals.eval import calibrate
+
+    monkeypatch.setattr(calibrate, "leave_one_family_out", lambda suite: pytest.fail("ran"))
+    assert bench.main(["--leave-one-family-out", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("trainsignals bench: error: --leave-one-family-out ")
+    assert message in err
+
+
+def test_leave_one_family_out_json_has_both_family_tables(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from trainsignals.eval import calibrate
+
+    asked: list[str] = []
+    monkeypatch.setattr(calibrate, "leave_one_family_out", lambda suite: asked.append(suite) or _result())
+    assert bench.main(["--leave-one-family-out", "--suite", "real", "--json", "--no-baselines"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert asked == ["real"] and sorted(d["families"]) == ["other", "trainsignals"]
+    assert sorted(d["families"]["other"]) == ["easy", "hard"]
+
+
+def test_a_malformed_suite_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainsignals.curves import generate, write_suite
+
+    folder = tmp_path / "suite"
+    write_suite([generate("stall", 0, "easy"), generate("healthy", 0, "easy")], folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["curves"][1]["onset_step"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert bench.main(["--suite", str(folder), "--no-baselines"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"trainsignals bench: error: --suite: {folder / 'manifest.json'}: curve entry 1 ")
+    assert "lacks 'onset_step'" in err
+
+
+def test_committed_suite_names_win_over_a_folder_of_the_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import trainsignals.curves as curves_mod
+    from trainsignals.curves import generate, load_suite, write_suite
+
+    datasets = tmp_path / "repo" / "datasets"
+    monkeypatch.setattr(curves_mod, "default_directory", lambda: datasets / "synthetic")
+    write_suite([generate("stall", 0, "easy"), generate("healthy", 0, "easy")], datasets / "real")
+    write_suite([generate("healthy", 1, "easy")], datasets / "real_heldout")
+    cwd = tmp_path / "cwd"
+    (cwd / "real").mkdir(parents=True)
+    (cwd / "real" / "notes.txt").write_text("a folder of mine that is no suite\n")
+    monkeypatch.chdir(cwd)
+    assert [c.name for c in bench._load_suite("real")] == ["stall-easy-0", "healthy-easy-0"]
+    assert [c.name for c in bench._load_suite("heldout")] == ["healthy-easy-1"]
+    assert bench.main(["--suite", "real", "--json", "--no-baselines"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_curves"] == 2
+    assert bench.main(["--suite", "./real", "--no-baselines"]) == 2     # the folder of mine, as a path
+    assert "no curve suite at real (missing manifest.json)" in capsys.readouterr().err
+    assert bench.main(["--suite", "dev", "--no-baselines"]) == 2        # not built: its own builder named
+    assert "`python -m trainsignals.curves.real_runs build --dev`" in capsys.readouterr().err
+    assert [c.name for c in load_suite("real_heldout")] == ["healthy-easy-1"]

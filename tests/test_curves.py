@@ -531,3 +531,157 @@ def test_lr_anomaly(suite: list[Curve]) -> None:
             kinds["down"] += 1
             assert r <= 1 / 19 and c.lr[o] > 0, c.name
     assert set(kinds) == {"up", "down", "zero"}
+
+
+# ------------------------------------------------------------------------------------ writing into a folder
+
+
+def _tiny() -> list[Curve]:
+    return [generate("stall", 0, "easy", n_steps=400), generate("healthy", 0, "easy", n_steps=400)]
+
+
+def test_write_refuses_a_folder_with_arrow_files_that_are_no_suite_s(tmp_path: Path) -> None:
+    (tmp_path / "run1.arrow").write_text("x\n")
+    (tmp_path / "run2.arrow").write_text("y\n")
+    with pytest.raises(FileExistsError, match=r"holds \.arrow files .*\(run1\.arrow, run2\.arrow\)"):
+        write_suite(_tiny(), tmp_path)
+    assert (tmp_path / "run1.arrow").read_text() == "x\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "run1.arrow", "run2.arrow"]                      # nothing written, nothing lost
+
+
+def test_write_refuses_another_tool_s_manifest(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text('{"format": "someone-else"}')
+    with pytest.raises(FileExistsError, match="not a curve suite's manifest"):
+        write_suite(_tiny(), tmp_path)
+    assert (tmp_path / "manifest.json").read_text() == '{"format": "someone-else"}'
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        write_suite(_tiny(), tmp_path / "manifest.json")
+
+
+def test_write_replaces_the_previous_suite_and_only_it(tmp_path: Path) -> None:
+    folder = tmp_path / "suite"
+    write_suite([generate("divergence", 0, "easy", n_steps=400), *_tiny()], folder)
+    (folder / "notes.txt").write_text("mine\n")
+    (tmp_path / "victim.arrow").write_text("outside\n")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["curves"][0]["file"] = "../victim.arrow"   # a manifest naming a file outside: never removed
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FileExistsError, match=r"\(divergence\.arrow\)"):  # now listed by no entry: not ours to drop
+        write_suite(_tiny(), folder)
+    manifest["curves"][0]["file"] = "divergence.arrow"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    write_suite(_tiny(), folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["healthy.arrow", "manifest.json", "notes.txt", "stall.arrow"]
+    assert [c.name for c in load_suite(folder)] == [c.name for c in _tiny()]
+    assert (tmp_path / "victim.arrow").read_text() == "outside\n" and (folder / "notes.txt").read_text() == "mine\n"
+
+
+def test_build_refuses_a_folder_it_would_spoil_before_generating(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import trainsignals.curves as curves_mod
+    from trainsignals.cli import main as cli
+
+    (tmp_path / "run1.arrow").write_text("x\n")
+    monkeypatch.setattr(curves_mod, "standard_suite", lambda seed=0: pytest.fail("generated"))
+    with pytest.raises(FileExistsError, match="run1.arrow"):
+        main(["build", "--out", str(tmp_path)])
+    assert cli(["datasets", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainsignals datasets: error: {tmp_path} holds .arrow files") and err.count("\n") == 1
+    assert (tmp_path / "run1.arrow").read_text() == "x\n"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["build", "--seed", "-1"], "python -m trainsignals.curves build: error: argument --seed: must be >= 0, got -1"),
+    (["build", "--out", "{file}"], "python -m trainsignals.curves: error: --out {file} is a file; give the folder "
+                                   "to write the suite into"),
+    (["build", "--out", "{dir}"], "python -m trainsignals.curves: error: {dir} holds .arrow files"),
+])
+def test_the_build_command_reports_bad_input_in_one_line(argv: list[str], message: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    afile, adir = tmp_path / "a_file", tmp_path / "runs"
+    afile.write_text("keep\n")
+    adir.mkdir()
+    (adir / "run1.arrow").write_text("x\n")
+    argv = [a.format(file=afile, dir=adir) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "trainsignals.curves", *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(message.format(file=afile, dir=adir)), proc.stderr
+    assert afile.read_text() == "keep\n" and (adir / "run1.arrow").read_text() == "x\n"
+
+
+# ------------------------------------------------------------------------------------ reading a suite
+
+
+def _broken(folder: Path, how: str) -> str:
+    """Spoil a small suite in ``folder``; what the error must name."""
+    write_suite(_tiny(), folder)
+    mpath = folder / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    if how == "no curves":
+        del manifest["curves"]
+        mpath.write_text(json.dumps(manifest))
+        return f"{mpath}: no 'curves' list"
+    if how == "missing key":
+        del manifest["curves"][1]["first_nonfinite_step"]
+        mpath.write_text(json.dumps(manifest))
+        return f"{mpath}: curve entry 1 ('healthy-easy-0') lacks 'first_nonfinite_step'"
+    if how == "not json":
+        mpath.write_text("{not json")
+        return f"{mpath}: not a JSON manifest"
+    if how == "outside":
+        manifest["curves"][0]["file"] = "../stall.arrow"
+        mpath.write_text(json.dumps(manifest))
+        return "file '../stall.arrow' is not a .arrow file name in the suite's folder"
+    path = folder / "healthy.arrow"
+    path.write_bytes(path.read_bytes()[:8])              # truncated
+    return f"{path}: not a readable curve file"
+
+
+@pytest.mark.parametrize("how", ["no curves", "missing key", "not json", "outside", "truncated"])
+def test_a_malformed_suite_is_a_value_error_naming_the_file(how: str, tmp_path: Path) -> None:
+    want = _broken(tmp_path / "suite", how)
+    with pytest.raises(ValueError) as info:
+        load_suite(tmp_path / "suite")
+    assert want in str(info.value)
+
+
+def test_suite_names_are_the_repository_s_folders_and_other_names_paths(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainsignals.curves import SUITE_FOLDERS, suite_directory
+
+    datasets = default_directory().parent
+    assert {n: suite_directory(n) for n in SUITE_FOLDERS} == {
+        "synthetic": datasets / "synthetic", "real": datasets / "real", "real_dev": datasets / "real_dev",
+        "dev": datasets / "real_dev", "real_heldout": datasets / "real_heldout", "heldout": datasets / "real_heldout"}
+    write_suite(_tiny(), tmp_path / "synthetic")             # a folder of mine named like a committed suite
+    monkeypatch.chdir(tmp_path)
+    assert suite_directory("./synthetic") == Path("synthetic") and suite_directory(Path("synthetic")) == Path("synthetic")
+    assert [c.name for c in load_suite("./synthetic")] == [c.name for c in _tiny()]
+    assert [c.name for c in load_suite(Path("synthetic"))] == [c.name for c in _tiny()]
+    assert suite_directory("synthetic") == datasets / "synthetic"
+    assert suite_directory("mine") == Path("mine")
+    with pytest.raises(ValueError, match="empty string"):
+        load_suite("")
+
+
+@pytest.mark.parametrize(("name", "builder"), [
+    ("synthetic", "`python -m trainsignals.curves build`"),
+    ("real", "`python -m trainsignals.curves.real_runs build`"),
+    ("dev", "`python -m trainsignals.curves.real_runs build --dev`"),
+    ("heldout", "`python -m trainsignals.curves.real_runs build --heldout`"),
+])
+def test_a_missing_committed_suite_names_its_own_builder(name: str, builder: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainsignals.curves as curves_mod
+
+    monkeypatch.setattr(curves_mod, "default_directory", lambda: tmp_path / "datasets" / "synthetic")
+    with pytest.raises(FileNotFoundError) as info:
+        load_suite(name)
+    assert str(info.value).endswith(builder)
+    with pytest.raises(FileNotFoundError, match=r"build --out .*elsewhere`$"):
+        load_suite(tmp_path / "elsewhere")

@@ -261,3 +261,38 @@ def test_suite_fixture(failure_curves: list[Curve]) -> None:
     kinds = {c.kind for c in failure_curves}
     assert kinds == set(KINDS) | {"healthy"}
     assert len(failure_curves) >= 14 * 30 + 150
+
+
+# ------------------------------------------------------------------------------------ mistakes refused
+
+
+@pytest.mark.parametrize("severities", [("warnings",), ("warning", "fatal"), (), ["WARNING"]])
+def test_quiet_refuses_what_is_not_a_severity(severities: Any) -> None:
+    c = generate("healthy", 3)
+    det = Scripted([(10, "stall", "warning")])          # an alarm a typo would let through
+    with pytest.raises(ValueError, match="severities"):
+        assert_quiet(det, c, severities=severities)
+    assert det.seen == {}                                # refused before running anything
+
+
+def test_quiet_takes_one_severity_as_a_string() -> None:
+    c = generate("healthy", 3)
+    with pytest.raises(AssertionError, match="1 critical event"):
+        assert_quiet(Scripted([(10, "stall", "critical"), (20, "stall", "warning")]), c, severities="critical")
+
+
+def test_detects_refuses_a_kind_that_is_not_one(curve: Curve) -> None:
+    with pytest.raises(ValueError, match="kind must be a trainsignals.Kind .*got 'divergance'"):
+        assert_detects(scripted(curve, [(5, "divergence", "warning")]), curve, kind="divergance")
+    assert assert_detects(scripted(curve, [(5, "divergence", "warning")]), curve, kind=Kind.DIVERGENCE).kind is \
+        Kind.DIVERGENCE
+
+
+@pytest.mark.parametrize(("kinds", "n", "message"), [
+    (["divergance"], 1, "kinds must be failure kinds"),
+    (["replica_divergence"], 1, "kinds must be failure kinds of a single run"),
+    ("stall", 0, "n must be an integer >= 1"),
+])
+def test_curve_params_refuses_bad_kinds_and_counts(kinds: Any, n: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        curve_params(kinds, n=n)

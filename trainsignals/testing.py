@@ -65,22 +65,20 @@ def run_detector(detector: Any, curve: Curve) -> list[Event]:
     """Run a detector over a whole curve and return its events, in the order it gave them.
 
     Args:
-        detector: A ``trainsignals.Monitor`` (reset, then ``scan(**curve.signals())``); an
-            object with ``scan`` and a ``signals`` tuple (reset, then ``scan`` with the curve's
-            data for those names and the steps they were sampled at: ``loss``, ``grad_norm``,
-            ``lr``, ``update_ratio`` per step; ``val_loss`` at ``curve.val_steps``;
-            ``layer_grad_norms`` as ``{layer: norms}``; ``activations`` as ``{layer:
-            {"dead_frac": ..., "saturation": ...}}`` at ``curve.act_steps``; a generic ``"x"``
-            is the signal named by the detector's ``signal`` attribute, ``loss`` by default);
-            another object with ``scan`` (reset if it can, then ``scan(**curve.signals())``);
-            or a callable ``f(curve) -> list[Event]``.
+        detector: A ``trainsignals.Monitor`` (reset, then ``scan(**curve.signals())``: every
+            signal); an object with ``scan`` and an ``inputs`` tuple of
+            :class:`trainsignals.Input` (every :class:`trainsignals.Detector` declares one: reset
+            if it can, then ``scan(steps=curve.steps, **those signals)``, each named input the
+            curve has, in the form :meth:`~trainsignals.curves.Curve.signals` gives it);
+            another object with ``scan`` (reset if it can, then ``scan(**curve.signals())``, the
+            Monitor's keywords); or a callable ``f(curve) -> list[Event]``.
         curve: The curve.
 
     Returns:
         The events.
 
     Raises:
-        TypeError: the detector is none of these.
+        TypeError: the detector is none of these, or the curve has none of its ``inputs``.
     """
     if _is_monitor(detector):
         detector.reset()
@@ -103,6 +101,30 @@ def run_detector(detector: Any, curve: Curve) -> list[Event]:
     raise TypeError(
         f"cannot run {type(detector).__name__!s}: expected a Monitor, an object with scan(), or a callable"
     )
+
+
+def _check_kind(kind: Any) -> str:
+    """``kind`` as a :class:`trainsignals.Kind` value; a ValueError naming it when it is none."""
+    from ._events import Kind
+
+    kinds = [k.value for k in Kind]
+    value = str(getattr(kind, "value", kind))
+    if value not in kinds:
+        raise ValueError(f"kind must be a trainsignals.Kind or one of {', '.join(kinds)}; got {kind!r}")
+    return value
+
+
+def _check_severities(severities: Iterable[str]) -> set[str]:
+    """The severities an assertion fails on; a ValueError for an empty set or one that is not a severity."""
+    from ._events import SEVERITIES
+
+    given = [severities] if isinstance(severities, str) else list(severities)
+    bad = [s for s in given if str(s) not in SEVERITIES]
+    if bad:
+        raise ValueError(f"severities must be among {', '.join(SEVERITIES)}; got {', '.join(repr(s) for s in bad)}")
+    if not given:
+        raise ValueError(f"severities is empty: nothing could fail the assertion; give some of {', '.join(SEVERITIES)}")
+    return {str(s) for s in given}
 
 
 def _kind(event: Any) -> str:
@@ -150,11 +172,12 @@ def assert_detects(
     Raises:
         AssertionError: no matching event, or an alarm before the onset; the message lists
             what the detector said.
-        ValueError: the curve is healthy (use :func:`assert_quiet`) or ``within`` < 0.
+        ValueError: the curve is healthy (use :func:`assert_quiet`), ``kind`` is not a
+            :class:`trainsignals.Kind` (or its value), or ``within`` < 0.
     """
     if curve.onset_step < 0:
         raise ValueError(f"{curve.name} is a healthy curve with no onset: use assert_quiet")
-    want = str(getattr(kind, "value", kind)) if kind is not None else curve.kind
+    want = _check_kind(kind) if kind is not None else curve.kind
     window = default_within(curve) if within is None else int(within)
     if window < 0:
         raise ValueError(f"within must be >= 0, got {within}")
@@ -189,15 +212,17 @@ def assert_quiet(
     Args:
         detector: What to run (see :func:`run_detector`).
         curve: Usually a healthy curve.
-        severities: The severities that fail the assertion.
+        severities: The severities that fail the assertion: some of ``"info"``, ``"warning"``
+            and ``"critical"`` (one such string alone is one severity).
 
     Returns:
         All events the detector raised (those of other severities).
 
     Raises:
         AssertionError: an event of one of ``severities``; the message lists them.
+        ValueError: ``severities`` is empty or names something that is not a severity.
     """
-    bad_sev = {str(s) for s in severities}
+    bad_sev = _check_severities(severities)
     events = run_detector(detector, curve)
     bad = [e for e in events if str(e.severity) in bad_sev]
     if bad:
@@ -222,18 +247,26 @@ def curve_params(kinds: Iterable[str] | str | None = None, n: int = 3) -> list[A
     Returns:
         ``pytest.param(curve, id=curve.name)`` objects (plain curves without pytest).
 
+    Raises:
+        ValueError: a kind that is neither a failure kind nor ``"healthy"``, or ``n`` < 1.
+
     Example:
         >>> [p.id for p in curve_params(["stall"], n=2)]
         ['stall-easy-0', 'stall-medium-1']
     """
-    from .curves import DIFFICULTIES, KINDS, generate
+    from .curves import DIFFICULTIES, HEALTHY, KINDS, generate
 
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1 (curves per kind), got {n!r}")
     if kinds is None:
         chosen: Sequence[str] = KINDS
     elif isinstance(kinds, str):
         chosen = (kinds,)
     else:
         chosen = [str(getattr(k, "value", k)) for k in kinds]
+    bad = [k for k in chosen if k not in (*KINDS, HEALTHY)]
+    if bad:
+        raise ValueError(f"kinds must be failure kinds of a single run ({', '.join(KINDS)}) or {HEALTHY!r}; got {bad}")
     out: list[Any] = []
     for kind in chosen:
         for i in range(n):

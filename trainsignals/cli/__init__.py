@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_arguments(b)
     b.set_defaults(func=_bench)
 
-    s = sub.add_parser("datasets", help="regenerate a committed labeled suite (synthetic: bit for bit)")
+    s = sub.add_parser("datasets", help="regenerate a committed labeled suite (synthetic: the same values once loaded)")
     s.add_argument("--seed", type=nonnegative_int, default=0, help="suite seed (default 0)")
     s.add_argument("--out", default=None, help="output folder (default: datasets/<suite>)")
     s.add_argument("--suite", choices=("synthetic", "real"), default="synthetic",

@@ -56,12 +56,14 @@ __all__ = [
     "DIFFICULTIES",
     "HEALTHY",
     "KINDS",
+    "SUITE_FOLDERS",
     "WITHHOLDABLE",
     "Curve",
     "default_directory",
     "generate",
     "load_suite",
     "standard_suite",
+    "suite_directory",
     "write_suite",
 ]
 
@@ -84,6 +86,26 @@ WITHHOLDABLE: tuple[str, ...] = ("grad_norm", "lr", "update_ratio", "val_loss", 
                                  "pred_top_share", "pred_spread", "val_metric")
 _MIN_STEPS = 400
 _MAX_STEPS = 2000
+
+SUITE_FOLDERS: dict[str, str] = {
+    "synthetic": "synthetic",
+    "real": "real",
+    "real_dev": "real_dev",
+    "dev": "real_dev",
+    "real_heldout": "real_heldout",
+    "heldout": "real_heldout",
+}
+"""The names of the committed suites (:func:`load_suite`, ``trainsignals bench --suite``), each
+the folder of the repository's ``datasets`` it names: ``"dev"`` and ``"heldout"`` are short for
+``real_dev`` and ``real_heldout``."""
+
+#: the command that builds each committed suite into its folder of ``datasets``
+_BUILDERS: dict[str, str] = {
+    "synthetic": "python -m trainsignals.curves build",
+    "real": "python -m trainsignals.curves.real_runs build",
+    "real_dev": "python -m trainsignals.curves.real_runs build --dev",
+    "real_heldout": "python -m trainsignals.curves.real_runs build --heldout",
+}
 
 
 # ------------------------------------------------------------------------------------ the curve
@@ -283,8 +305,9 @@ class Curve:
         ``every`` steps the loss is the block's mean, the grad norm, learning rate and update
         ratio that step's values; every other step is a gap (:attr:`gaps`). Validation keeps its
         own cadence; per-layer signals and activations are left out (such logs have none).
-        Replay such a stream as :func:`trainsignals.io.report.replay` does, with
-        ``Monitor(total_steps=<rows logged>)``.
+        Scan it as :func:`trainsignals.io.report.replay` and ``trainsignals bench --log-every N``
+        do, with ``Monitor(total_steps=self.total_steps, log_every=every)``: the run's step count
+        (the steps the logged rows span, not the number of rows) and the logging interval.
 
         Raises:
             ValueError: ``every`` below 1.
@@ -1313,11 +1336,62 @@ def _check_f32(c: Curve) -> None:
             raise ValueError(f"{c.name}: {field_name} holds values that are not float32 numbers; cannot store exactly")
 
 
+def _listed_files(directory: Path) -> set[str]:
+    """The ``.arrow`` files the curve suite's manifest in ``directory`` lists (empty: no manifest).
+
+    Raises:
+        FileExistsError: ``directory`` holds a ``manifest.json`` that is not a curve suite's.
+    """
+    path = directory / _MANIFEST
+    if not path.exists():
+        return set()
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise FileExistsError(f"{path} is not a curve suite's manifest ({exc}); write the suite into "
+                              "another folder") from exc
+    entries = manifest.get("curves") if isinstance(manifest, dict) else None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(entries, list):
+        raise FileExistsError(f"{path} is not a curve suite's manifest (format "
+                              f"{manifest.get('format') if isinstance(manifest, dict) else None!r}, expected "
+                              f"{FORMAT!r} and a 'curves' list); write the suite into another folder")
+    return {e["file"] for e in entries
+            if isinstance(e, dict) and isinstance(e.get("file"), str) and _plain_arrow_name(e["file"])}
+
+
+def _plain_arrow_name(name: str) -> bool:
+    """Whether ``name`` is a ``.arrow`` file name in the folder itself (no folder part)."""
+    return name.endswith(".arrow") and Path(name).name == name and name not in (".", "..")
+
+
+def _check_folder(directory: Path) -> set[str]:
+    """Check that a suite may be written into ``directory``; the previous suite's files there.
+
+    Raises:
+        NotADirectoryError: ``directory`` is a file.
+        FileExistsError: it holds a ``manifest.json`` that is not a curve suite's, or ``.arrow``
+            files that its suite's manifest does not list (they are named).
+    """
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"directory: {directory} is a file, not a folder to write the suite into")
+    if not directory.exists():
+        return set()
+    listed = _listed_files(directory)
+    others = sorted(p.name for p in directory.glob("*.arrow") if p.name not in listed)
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise FileExistsError(
+            f"{directory} holds .arrow files that are not a curve suite's ({shown}): no manifest.json there "
+            "lists them; write the suite into another folder, or move them first")
+    return listed
+
+
 def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | None = None) -> None:
     """Write curves as Arrow IPC files (zstd), one per kind, plus ``manifest.json``.
 
     Each ``{kind}.arrow`` holds one row per curve; series are list columns (float32 values,
-    exactly the curve's values), per-layer series are lists of per-layer lists (column
+    exactly the curve's values; a step where a dense series was not measured, a :attr:`Curve.gaps`
+    entry, is a null), per-layer series are lists of per-layer lists (column
     major). ``val_metric``, ``pred_steps``, ``pred_top_share`` and ``pred_spread`` are lists too
     (empty where not measured); files written before they existed lack these columns, and
     :func:`load_suite` reads their curves with them empty. ``manifest.json`` lists every curve
@@ -1325,15 +1399,22 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
 
     Args:
         curves: The curves (names must be unique).
-        directory: Output folder, created if needed; existing ``*.arrow`` files there are
-            replaced.
+        directory: Output folder, created if needed. A suite already there (the files its
+            ``manifest.json`` lists) is replaced; nothing else in the folder is touched, and a
+            folder holding other ``.arrow`` files is refused.
         seed: Suite seed, recorded in the manifest when given.
+
+    Raises:
+        ValueError: curve names that repeat, or values that are not float32 numbers.
+        NotADirectoryError: ``directory`` is a file.
+        FileExistsError: ``directory`` holds ``.arrow`` files that no curve suite's manifest
+            there lists (named in the message), or a ``manifest.json`` of another format.
+            Nothing is written.
     """
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     names = [c.name for c in curves]
     if len(set(names)) != len(names):
         raise ValueError("curve names must be unique")
@@ -1341,8 +1422,10 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
     for c in curves:
         _check_f32(c)
         by_kind.setdefault(c.kind, []).append(c)
-    for old in directory.glob("*.arrow"):
-        old.unlink()
+    previous = _check_folder(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in sorted(previous):  # the previous suite's files, those of kinds this one lacks too
+        (directory / name).unlink(missing_ok=True)
     schema = _schema()
     options = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=19))
     for kind, group in by_kind.items():
@@ -1386,15 +1469,43 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
     (directory / _MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
-def _resolve(directory: str | Path | None) -> Path:
-    if directory is None:
+def suite_directory(suite: str | Path | None = None) -> Path:
+    """The folder a suite name or path stands for, as :func:`load_suite` reads it.
+
+    A name of :data:`SUITE_FOLDERS` (a string: ``"synthetic"``, ``"real"``, ``"dev"`` or
+    ``"real_dev"``, ``"heldout"`` or ``"real_heldout"``) is that folder of the repository's
+    ``datasets``, whatever the current directory holds; ``None`` is ``datasets/synthetic``.
+    Anything else is a path, relative to the current directory: write ``"./real"`` for a folder
+    of your own named like a committed suite.
+
+    Raises:
+        ValueError: an empty string.
+
+    Example:
+        >>> suite_directory("heldout") == default_directory().parent / "real_heldout"
+        True
+        >>> str(suite_directory("./real"))
+        'real'
+    """
+    if suite is None:
         return default_directory()
-    path = Path(directory)
-    if not path.exists() and isinstance(directory, str) and "/" not in directory and "\\" not in directory:
-        named = default_directory().parent / directory
-        if named.exists():
-            return named
-    return path
+    if isinstance(suite, str):
+        if not suite:
+            raise ValueError("directory: an empty string names no suite; give a suite name or a folder")
+        if suite in SUITE_FOLDERS:
+            return default_directory().parent / SUITE_FOLDERS[suite]
+    return Path(suite)
+
+
+def _missing_suite(path: Path) -> str:
+    """Why there is no suite at ``path``, and how to make one."""
+    head = f"no curve suite at {path} (missing {_MANIFEST})"
+    builder = _BUILDERS.get(path.name) if path.parent == default_directory().parent else None
+    if builder is not None:
+        return (f"{head}; the committed datasets live in the source repository, or build this suite with "
+                f"`{builder}`")
+    return (f"{head}; write one with trainsignals.curves.write_suite, or the synthetic suite with "
+            f"`python -m trainsignals.curves build --out {path}`")
 
 
 def _lists(col: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1480,49 +1591,88 @@ def _read_file(path: Path) -> dict[str, Curve]:
     return out
 
 
+#: the labels a manifest entry repeats from its curve's row
+_LABELS: tuple[str, ...] = ("kind", "onset_step", "difficulty", "seed", "total_steps", "first_nonfinite_step")
+
+
+def _entries(manifest_path: Path) -> list[dict[str, Any]]:
+    """The curve entries of a suite's manifest, each with every key :func:`load_suite` reads.
+
+    Raises:
+        ValueError: the manifest is not JSON, not of :data:`FORMAT`, has no ``curves`` list, or an
+            entry lacks a key or names a file outside the folder (the entry and key are named).
+    """
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except ValueError as exc:  # not JSON (or not text)
+        raise ValueError(f"{manifest_path}: not a JSON manifest: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{manifest_path}: expected a JSON object, got {type(manifest).__name__}")
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{manifest_path}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}")
+    entries = manifest.get("curves")
+    if not isinstance(entries, list):
+        raise ValueError(f"{manifest_path}: no 'curves' list (one entry per curve)")
+    keys = ("name", "file", *_LABELS)
+    for i, entry in enumerate(entries):
+        what = f"{manifest_path}: curve entry {i}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{what} is not an object")
+        if isinstance(entry.get("name"), str):
+            what += f" ({entry['name']!r})"
+        missing = [k for k in keys if k not in entry]
+        if missing:
+            raise ValueError(f"{what} lacks {', '.join(repr(k) for k in missing)}")
+        if not isinstance(entry["file"], str) or not _plain_arrow_name(entry["file"]):
+            raise ValueError(f"{what}: file {entry['file']!r} is not a .arrow file name in the suite's folder")
+    return entries
+
+
 def load_suite(directory: str | Path | None = None) -> list[Curve]:
     """Load a suite written by :func:`write_suite`, in manifest order.
 
     Args:
-        directory: The suite's folder; a bare name such as ``"synthetic"`` names a folder of
-            the repository's ``datasets``; ``None`` is the committed suite
-            (``datasets/synthetic``).
+        directory: A committed suite's name (a string of :data:`SUITE_FOLDERS`: ``"synthetic"``,
+            ``"real"``, ``"dev"``, ``"heldout"``, ``"real_dev"``, ``"real_heldout"``), always that
+            folder of the repository's ``datasets``; or any other folder (``"./real"`` for one of
+            your own with such a name; see :func:`suite_directory`); ``None`` is the committed
+            synthetic suite (``datasets/synthetic``).
 
     Returns:
         The curves.
 
     Raises:
-        FileNotFoundError: the folder or its manifest is missing (an installed package does
-            not ship the datasets: build them with ``python -m trainsignals.curves build
-            --out DIR``).
-        ValueError: the manifest and the files disagree.
+        FileNotFoundError: the folder, its manifest or a file it names is missing (an installed
+            package does not ship the datasets; the message names the command that builds the
+            suite).
+        ValueError: a malformed manifest (not JSON, of another format, no ``curves`` list, an
+            entry without a key), a file that is not a readable curve file, or a manifest and
+            files that disagree; the message names the file.
     """
-    path = _resolve(directory)
+    path = suite_directory(directory)
     manifest_path = path / _MANIFEST
     if not manifest_path.is_file():
-        raise FileNotFoundError(
-            f"no curve suite at {path} (missing {_MANIFEST}); the datasets live in the source "
-            f"repository, or build them with `python -m trainsignals.curves build --out {path}`"
-        )
-    manifest = json.loads(manifest_path.read_text())
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{manifest_path}: unknown format {manifest.get('format')!r}, expected {FORMAT!r}")
+        raise FileNotFoundError(_missing_suite(path))
     files: dict[str, dict[str, Curve]] = {}
     out: list[Curve] = []
-    for entry in manifest["curves"]:
+    for entry in _entries(manifest_path):
         fname = entry["file"]
+        fpath = path / fname
         if fname not in files:
-            fpath = path / fname
             if not fpath.is_file():
                 raise FileNotFoundError(f"curve file {fpath} named in {manifest_path} is missing")
-            files[fname] = _read_file(fpath)
+            try:
+                files[fname] = _read_file(fpath)
+            except (ValueError, KeyError, TypeError, IndexError, NotImplementedError) as exc:  # ArrowInvalid: a ValueError
+                raise ValueError(f"{fpath}: not a readable curve file ({type(exc).__name__}: {exc})") from exc
         curve = files[fname].get(entry["name"])
         if curve is None:
-            raise ValueError(f"curve {entry['name']!r} is not in {fname}")
-        for key in ("kind", "onset_step", "difficulty", "seed", "total_steps", "first_nonfinite_step"):
+            raise ValueError(f"curve {entry['name']!r} is not in {fpath}")
+        for key in _LABELS:
             if getattr(curve, key) != entry[key]:
                 raise ValueError(
-                    f"curve {entry['name']!r}: manifest says {key}={entry[key]!r}, {fname} says {getattr(curve, key)!r}"
+                    f"curve {entry['name']!r}: {manifest_path} says {key}={entry[key]!r}, {fpath} says "
+                    f"{getattr(curve, key)!r}"
                 )
         out.append(curve)
     return out
@@ -1532,14 +1682,27 @@ def load_suite(directory: str | Path | None = None) -> list[Curve]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trainsignals.curves build [--out DIR] [--seed 0]``."""
+    """``python -m trainsignals.curves build [--out DIR] [--seed 0]``.
+
+    Raises:
+        FileExistsError: ``--out`` holds ``.arrow`` files that no curve suite's manifest there
+            lists, or another tool's ``manifest.json`` (checked before anything is generated).
+        NotADirectoryError: ``--out`` is a file. ``python -m trainsignals.curves`` (and
+            ``trainsignals datasets``) print these as one ``error:`` line, status 2.
+    """
+    from trainsignals.cli.options import nonnegative_int
+
     parser = argparse.ArgumentParser(prog="python -m trainsignals.curves", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="(re)generate the standard suite")
-    build.add_argument("--out", type=Path, default=None, help="output folder (default: datasets/synthetic)")
-    build.add_argument("--seed", type=int, default=0, help="suite seed (default: 0)")
+    build.add_argument("--out", type=Path, default=None, help="output folder (default: datasets/synthetic); "
+                       "a suite already there is replaced, a folder with other .arrow files refused")
+    build.add_argument("--seed", type=nonnegative_int, default=0, help="suite seed (default: 0)")
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else default_directory()
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file; give the folder to write the suite into")
+    _check_folder(out)  # before the suite is generated
     curves = standard_suite(args.seed)
     write_suite(curves, out, seed=args.seed)
     size = sum(p.stat().st_size for p in Path(out).iterdir() if p.is_file())

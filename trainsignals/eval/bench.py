@@ -12,10 +12,16 @@ the project's targets.
 What a detector is, for the bench:
 
 * a *baseline*: an object with ``run(curve) -> list[Alarm]`` (and ``reset()``);
-* a *Monitor factory*: a callable such that ``factory(total_steps=curve.total_steps)``
-  returns an object with ``scan(**curve.signals()) -> list[Event]`` (the ``Monitor`` class
-  itself is one);
-* a *Monitor instance*: an object with ``scan`` and ``reset`` (reset before each curve).
+* a *factory*, built afresh for each curve: a class or callable that returns a Monitor or a
+  :class:`~trainsignals.Detector`, called as ``factory(total_steps=curve.total_steps)`` when it
+  takes ``total_steps`` (a parameter of that name, or ``**kwargs``), else as ``factory()``: the
+  ``Monitor`` class, a ``Detector`` class such as ``TrendDivergence``, ``lambda: MyDetector(3.0)``;
+* an *instance*: a Monitor or a Detector, reset before each curve.
+
+Each curve is fed as :func:`trainsignals.testing.run_detector` feeds it: a Monitor (or any object
+with ``scan`` and no ``inputs``) every signal (``scan(**curve.signals())``), a Detector only the
+signals its ``inputs`` declare. A curve that has none of a Detector's inputs gives it nothing to
+see: no alarm on that curve, as in a Monitor, whose detectors stay quiet on a signal not logged.
 
 Monitor events are normalised to :class:`~trainsignals.eval.baselines.Alarm` (step, kind,
 onset step); only ``warning`` and ``critical`` events are alarms, ``info`` events are not.
@@ -23,8 +29,11 @@ A baseline with a ``kinds`` attribute (the SageMaker Debugger rules) is scored o
 failure kinds only; its false alarms count on every curve.
 
 Suites: ``"synthetic"`` (``datasets/synthetic``, regenerated when absent), ``"real"``
-(``datasets/real``: small PyTorch runs, :mod:`trainsignals.curves.real_runs`) or any folder written by
-:func:`trainsignals.curves.write_suite`. Each suite has its targets (:func:`targets_for`).
+(``datasets/real``: small PyTorch runs, :mod:`trainsignals.curves.real_runs`), ``"dev"`` and
+``"heldout"`` (``datasets/real_dev``, ``datasets/real_heldout``; the folder names work too), always
+the repository's whatever the current directory holds (:data:`trainsignals.curves.SUITE_FOLDERS`),
+or any other folder written by :func:`trainsignals.curves.write_suite` (``./real`` for one of your own
+named like a committed suite). Each suite has its targets (:func:`targets_for`).
 
 Definitions (``W`` is the detection window of the curve's kind, :func:`default_window`):
 
@@ -172,18 +181,50 @@ def _detector_name(detector: Any) -> str:
     return str(getattr(detector, "__name__", type(detector).__name__))
 
 
+def _build(factory: Callable[..., Any], total_steps: int) -> Any:
+    """``factory(total_steps=total_steps)`` when it takes ``total_steps``, else ``factory()``."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): the Monitor factory's call
+        return factory(total_steps=total_steps)
+    takes = any(p.kind is p.VAR_KEYWORD or (p.name == "total_steps" and p.kind is not p.POSITIONAL_ONLY)
+                for p in params.values())
+    return factory(total_steps=total_steps) if takes else factory()
+
+
+def _blind(detector: Any, curve: Any) -> bool:
+    """Whether ``curve`` has none of the signals a Detector's ``inputs`` declare."""
+    inputs = getattr(detector, "inputs", None)
+    if inputs is None:
+        return False
+    signals = curve.signals()
+    return not any(signals.get(i.name) is not None for i in inputs)
+
+
 def _runner(detector: Any) -> Callable[[Any], list[Alarm]]:
-    """A function ``curve -> alarms`` for a baseline, a Monitor instance or a factory."""
+    """A function ``curve -> alarms`` for a baseline, an instance or a factory (see the module docstring)."""
+    from trainsignals.testing import run_detector
+
+    def alarms(built: Any, curve: Any) -> list[Alarm]:
+        if _blind(built, curve):
+            return []
+        return events_to_alarms(run_detector(built, curve))
+
     if isinstance(detector, type) or not (hasattr(detector, "run") or hasattr(detector, "scan")):
         if not callable(detector):
             raise TypeError(
-                "detector must be a baseline (run), a Monitor instance (scan) or a Monitor factory, "
-                f"got {type(detector).__name__}"
+                "detector must be a baseline (run), a Monitor or Detector (scan), or a class or factory that "
+                f"builds one, got {type(detector).__name__}"
             )
 
         def run_factory(curve: Any) -> list[Alarm]:
-            mon = detector(total_steps=_total_steps(curve))
-            return events_to_alarms(mon.scan(**curve.signals()))
+            built = _build(detector, _total_steps(curve))
+            if not callable(getattr(built, "scan", None)):
+                raise TypeError(f"detector {_detector_name(detector)} built {type(built).__name__}, which has no "
+                                "scan(): a factory must return a Monitor or a Detector")
+            return alarms(built, curve)
 
         return run_factory
     if hasattr(detector, "run"):
@@ -194,9 +235,8 @@ def _runner(detector: Any) -> Callable[[Any], list[Alarm]]:
 
         return run_baseline
 
-    def run_instance(curve: Any) -> list[Alarm]:
-        detector.reset()
-        return events_to_alarms(detector.scan(**curve.signals()))
+    def run_instance(curve: Any) -> list[Alarm]:  # run_detector resets it first
+        return alarms(detector, curve)
 
     return run_instance
 
@@ -619,8 +659,11 @@ def score(
     """Run one detector over labeled curves and score it.
 
     Args:
-        detector: A baseline (``run``), a Monitor instance (``scan`` + ``reset``) or a
-            Monitor factory called as ``factory(total_steps=curve.total_steps)``.
+        detector: A baseline (``run``); a Monitor or :class:`~trainsignals.Detector` instance
+            (reset before each curve); or a class or factory that builds one per curve, called
+            as ``factory(total_steps=curve.total_steps)`` when it takes ``total_steps``, else as
+            ``factory()``. A Detector is fed only the signals its ``inputs`` declare (see the
+            module docstring).
         curves: Labeled curves (:class:`trainsignals.curves.Curve` or look-alikes with
             ``kind``, ``onset_step``, ``first_nonfinite_step``, ``total_steps``, ``steps``,
             and ``signals()`` for Monitors or the attributes a baseline reads).
@@ -883,6 +926,25 @@ class BenchResult:
             table.add_row(label, *cells)
         return table
 
+    def family_scores(self, detector: str | None = None) -> dict[str, Score]:
+        """One detector's :class:`Score` per family (the curves' ``difficulty``), each family scored
+        alone, families in name order (no timing: ``steps`` and ``seconds`` are 0).
+
+        Raises:
+            KeyError: ``detector`` (default: the main one) was not run.
+        """
+        s = self.scores[self.main if detector is None else detector]
+        by_family: dict[str, list[CurveResult]] = {}
+        for r in s.curves:
+            by_family.setdefault(r.difficulty, []).append(r)
+        return {fam: Score.from_results(s.detector, by_family[fam], 0, 0.0, scope=s.scope) for fam in sorted(by_family)}
+
+    def family_dict(self, detector: str | None = None) -> dict[str, dict[str, Any]]:
+        """:meth:`family_scores` as JSON-serialisable dicts (as :meth:`Score.to_dict`, without timing)."""
+        timing = ("steps", "seconds", "us_per_step")
+        return {fam: {k: v for k, v in sub.to_dict().items() if k not in timing}
+                for fam, sub in self.family_scores(detector).items()}
+
     def family_rows(self, detector: str | None = None) -> tuple[list[str], list[tuple[str, list[str]]]]:
         """One detector's figures per family (the curves' ``difficulty``), each family scored
         alone (a leave-one-family-out view: the figures of the held-out family only).
@@ -892,16 +954,11 @@ class BenchResult:
             its faulty curves (``k/n``), the healthy curves with any alarm and the faulty
             curves with an alarm before the onset; then a row per family and kind.
         """
-        s = self.scores[self.main if detector is None else detector]
-        by_family: dict[str, list[CurveResult]] = {}
-        for r in s.curves:
-            by_family.setdefault(r.difficulty, []).append(r)
         header = ["curves", "right kind", "any kind", "healthy: any alarm", "faulty: alarm before onset"]
         rows: list[tuple[str, list[str]]] = []
-        for fam in sorted(by_family):
-            rs = by_family[fam]
-            sub = Score.from_results(s.detector, rs, 0, 0.0, scope=s.scope)
-            faulty = [r for r in rs if not r.healthy and (s.scope is None or r.kind in s.scope)]
+        for fam, sub in self.family_scores(detector).items():
+            rs = sub.curves
+            faulty = [r for r in rs if not r.healthy and (sub.scope is None or r.kind in sub.scope)]
             det = sum(r.detected for r in faulty)
             det_any = sum(r.detect_any_step is not None for r in faulty)
             rows.append((fam, [str(len(rs)), f"{det}/{len(faulty)} ({_pct0(_rate(det, len(faulty)))})",
@@ -956,8 +1013,10 @@ class BenchResult:
         return check_targets(self.scores[self.main], others, targets_for(self.suite) if targets is None else targets)
 
     def to_dict(self, per_curve: bool = False) -> dict[str, Any]:
-        """A JSON-serialisable dict, with the unmet targets."""
-        unmet = self.check_targets() if self.main in self.scores else []
+        """A JSON-serialisable dict, with the unmet targets (as :meth:`check_targets` says them: a
+        main detector that was not run meets none).
+        """
+        unmet = self.check_targets()
         return {
             "suite": self.suite,
             "n_curves": self.n_curves,
@@ -1031,9 +1090,12 @@ def run_bench(
             when ``curves`` is given, except as the label). ``"synthetic"`` falls back to
             :func:`trainsignals.curves.standard_suite` (seeded, identical) when the
             committed files are not there (an installed package does not ship them).
-        detectors: ``{name: detector}`` (see :func:`score`); defaults to
-            ``{"trainsignals": Monitor}``, the default Monitor built per curve with
-            ``Monitor(total_steps=curve.total_steps)``.
+        detectors: ``{name: detector}``, each a Monitor factory (such as the ``Monitor`` class), a
+            :class:`~trainsignals.Detector` class or a factory returning a Detector (built per
+            curve, with ``total_steps=curve.total_steps`` when its constructor takes it), an
+            instance, or a baseline (see :func:`score`); defaults to ``{"trainsignals": Monitor}``,
+            the default Monitor built per curve with ``Monitor(total_steps=curve.total_steps)``.
+            Give ``main`` the name of yours to check the targets against it.
         baselines: ``True`` for :func:`~trainsignals.eval.baselines.default_baselines` followed by
             :func:`~trainsignals.eval.baselines.sagemaker_rules`, ``False`` for none, or the
             baselines to run.
@@ -1085,6 +1147,11 @@ class RuleRate:
     def per_10k(self) -> float:
         """Alarms per 10,000 healthy steps."""
         return 1e4 * self.alarms / self.steps if self.steps else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict: the fields and ``per_10k``."""
+        return {"detector": self.detector, "kind": self.kind, "alarms": self.alarms, "runs": self.runs,
+                "steps": self.steps, "per_10k": self.per_10k}
 
 
 def rule_rates(suite: str | Path = "synthetic", curves: Sequence[Any] | None = None) -> list[RuleRate]:
@@ -1138,13 +1205,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``bench`` options to ``parser`` (for mounting under the main CLI)."""
     parser.add_argument(
         "--suite", action="append", default=None,
-        help="labeled suite to score: synthetic, real, dev (datasets/real_dev), heldout (datasets/real_heldout) or a folder "
-             "(default: synthetic); repeat it to score several suites as one pool (each run named suite/run, the "
-             "targets those of the first suite), e.g. the held-out suite with fresh held-out draws"
+        help="labeled suite to score: synthetic, real, dev (datasets/real_dev), heldout (datasets/real_heldout), "
+             "always the repository's, or a folder (./real for one of yours named like those) (default: synthetic); "
+             "repeat it to score several suites as one pool (each run named suite/run, the targets those of the "
+             "first suite), e.g. the held-out suite with fresh held-out draws"
     )
     parser.add_argument(
         "--by-family", action="store_true",
-        help="also print the default Monitor's figures per family (the curves' difficulty field), each family alone",
+        help="also print the default Monitor's figures per family (the curves' difficulty field), each family alone "
+             "(with --json: under \"families\")",
     )
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the scores as JSON instead of a table")
@@ -1155,7 +1224,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-baselines", action="store_true", help="score the Monitor only")
     parser.add_argument("--per-curve", action="store_true", help="with --json, include every curve's verdict")
     parser.add_argument("--rules", action="store_true",
-                        help="also print each detector's alarms per 10,000 healthy steps")
+                        help="also print each detector's alarms per 10,000 healthy steps (with --json: under \"rules\")")
     parser.add_argument("--target-window", action="store_true",
                         help="count a detection only within max(50 steps, 10%% of the run) of the onset, for "
                              "every kind (the product's target), instead of each kind's default window")
@@ -1173,7 +1242,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "trainsignals.eval.calibrate --write --out FILE` writes it), beside the default")
     parser.add_argument("--leave-one-family-out", action="store_true",
                         help="calibrate without each family of --suite in turn and score that family with the "
-                             "values found (trainsignals.eval.calibrate); in-sample figures beside them")
+                             "values found (trainsignals.eval.calibrate); in-sample figures beside them. Needs a "
+                             "real-run tuning suite (--suite real or --suite dev, or such a folder); it scores the "
+                             "runs as stored, so --withhold, --log-every, --target-window, --check, --calibration "
+                             "and --rules are refused with it")
 
 
 def _given_suites(suites: Sequence[str]) -> list[Any]:
@@ -1208,6 +1280,111 @@ def _calibration_settings(path: str) -> dict[str, Any]:
                          f"{type(exc).__name__}: {exc}") from exc
 
 
+#: the options ``--leave-one-family-out`` cannot honour, as ``(attribute, flag, set?)``
+_LOFO_REFUSES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+    ("withhold", "--withhold", bool),
+    ("log_every", "--log-every", lambda v: v not in (None, 1)),
+    ("target_window", "--target-window", bool),
+    ("check", "--check", bool),
+    ("calibration", "--calibration", lambda v: v is not None),
+    ("rules", "--rules", bool),
+)
+
+
+def _leave_one_family_out(args: argparse.Namespace, suites: Sequence[str]) -> int:
+    """``bench --leave-one-family-out``: calibrate without each family of the suite and print the scores.
+
+    Raises:
+        trainsignals.cli.options.UsageError: options it cannot honour, several suites, or a suite
+            it cannot do (the synthetic suite, whose families are difficulties; the held-out suite,
+            never calibrated on; a folder that does not load).
+    """
+    from trainsignals.curves import suite_directory
+    from trainsignals.io._console import make_console
+
+    from .calibrate import leave_one_family_out
+
+    given = [flag for attr, flag, is_set in _LOFO_REFUSES if is_set(getattr(args, attr, None))]
+    if given:
+        raise UsageError(f"--leave-one-family-out does not go with {', '.join(given)}: it scores the default "
+                         "Monitor calibrated without each family, on the runs as stored, and checks no target")
+    if len(suites) > 1:
+        raise UsageError("--leave-one-family-out scores one suite: give --suite once")
+    suite = suites[0]
+    folder = suite_directory(suite).name
+    if folder in ("synthetic", "real_heldout"):
+        why = "the synthetic suite's families are difficulties, not model families" if folder == "synthetic" \
+            else "the held-out suite is never calibrated on"
+        raise UsageError(f"--leave-one-family-out needs a real-run tuning suite: give --suite real or --suite dev "
+                         f"({why}; got --suite {suite})")
+    try:
+        lofo = leave_one_family_out(suite)
+    except ValueError as exc:  # a folder that does not load
+        raise UsageError(f"--suite: {exc}") from exc
+    names = list(lofo.scores)
+    if args.json:
+        d = lofo.to_dict(per_curve=getattr(args, "per_curve", False))
+        d["families"] = {name: lofo.family_dict(name) for name in names}
+        sys.stdout.write(json.dumps(d, indent=2) + "\n")
+    elif args.markdown:
+        sys.stdout.write(lofo.to_markdown() + "".join("\n" + lofo.family_markdown(name) for name in names))
+    else:
+        console = make_console()
+        console.print(lofo.table())
+        for name in names:
+            console.print(lofo.family_table(name))
+    return 0
+
+
+def _print_rules_table(rates: Sequence[RuleRate]) -> None:
+    from rich.table import Table
+
+    from trainsignals.io._console import make_console
+
+    table = Table(title="alarms on healthy runs, by detector")
+    for col in ("detector", "kind", "alarms", "healthy runs alarmed", "per 10,000 healthy steps"):
+        table.add_column(col, justify="left" if col in ("detector", "kind") else "right")
+    for r in rates:
+        table.add_row(r.detector, r.kind, str(r.alarms), str(r.runs), f"{r.per_10k:.2f}")
+    make_console().print(table)
+
+
+def _print_result(args: argparse.Namespace, result: BenchResult, stored: Sequence[Any], unmet: Sequence[str]) -> None:
+    """Print the scores as ``args`` asks: JSON, Markdown or tables, with the families and rules asked for."""
+    from trainsignals.io._console import make_console
+
+    by_family = getattr(args, "by_family", False)
+    rates = rule_rates(result.suite, stored) if getattr(args, "rules", False) else None
+    if args.json:
+        d = result.to_dict(per_curve=getattr(args, "per_curve", False))
+        if by_family:
+            d["families"] = {result.main: result.family_dict()}
+        if rates is not None:
+            d["rules"] = [r.to_dict() for r in rates]
+        sys.stdout.write(json.dumps(d, indent=2) + "\n")
+        return
+    if args.markdown:
+        sys.stdout.write(result.to_markdown())
+        if by_family:
+            sys.stdout.write("\n" + result.family_markdown())
+        if rates is not None:
+            sys.stdout.write("\n" + rules_markdown(rates))
+        return
+    console = make_console()
+    console.print(result.table())
+    if by_family:
+        console.print(result.family_table())
+    if rates is not None:
+        _print_rules_table(rates)
+    if args.check or unmet:
+        if unmet:
+            console.print(f"[bold red]{len(unmet)} target(s) unmet:[/]")
+            for line in unmet:
+                console.print(f"  - {line}", markup=False, highlight=False)
+        else:
+            console.print("[bold green]all targets met[/]")
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the bench as the parsed options say; the exit status.
 
@@ -1217,27 +1394,10 @@ def run_from_args(args: argparse.Namespace) -> int:
             folder or ``--calibration`` file that does not load, a ``--withhold`` that is not a
             signal (:func:`main` prints them as ``error:`` and returns 2).
     """
-    from trainsignals.io._console import make_console
-
     suites = _suites(args)
-    suite = suites[0] if len(suites) == 1 else " + ".join(suites)
     if getattr(args, "leave_one_family_out", False):
-        from .calibrate import leave_one_family_out
-
-        if len(suites) > 1:
-            raise UsageError("--leave-one-family-out scores one suite: give --suite once")
-        lofo = leave_one_family_out("real" if suite == "synthetic" else suite)
-        if args.json:
-            sys.stdout.write(json.dumps(lofo.to_dict(), indent=2) + "\n")
-        elif args.markdown:
-            sys.stdout.write(lofo.to_markdown() + "\n" + lofo.family_markdown() + "\n"
-                             + lofo.family_markdown("in-sample"))
-        else:
-            console = make_console()
-            console.print(lofo.table())
-            console.print(lofo.family_table())
-            console.print(lofo.family_table("in-sample"))
-        return 0
+        return _leave_one_family_out(args, suites)
+    suite = suites[0] if len(suites) == 1 else " + ".join(suites)
     withheld = tuple(getattr(args, "withhold", ()) or ())
     calibration = _calibration_settings(args.calibration) if getattr(args, "calibration", None) else None
     stored = _given_suites(suites)  # the runs as stored (--rules reads them too)
@@ -1272,37 +1432,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     result = run_bench(suite=suite, baselines=not getattr(args, "no_baselines", False), curves=curves,
                        windows=windows, detectors=detectors)
     unmet = result.check_targets()
-    if args.json:
-        sys.stdout.write(json.dumps(result.to_dict(per_curve=getattr(args, "per_curve", False)), indent=2))
-        sys.stdout.write("\n")
-    elif args.markdown:
-        sys.stdout.write(result.to_markdown())
-        if getattr(args, "by_family", False):
-            sys.stdout.write("\n" + result.family_markdown())
-        if getattr(args, "rules", False):
-            sys.stdout.write("\n" + rules_markdown(rule_rates(suite, stored)))
-    else:
-        console = make_console()
-        console.print(result.table())
-        if getattr(args, "by_family", False):
-            console.print(result.family_table())
-        if getattr(args, "rules", False):
-            from rich.table import Table
-
-            rates = rule_rates(suite, stored)
-            table = Table(title="alarms on healthy runs, by detector")
-            for col in ("detector", "kind", "alarms", "healthy runs alarmed", "per 10,000 healthy steps"):
-                table.add_column(col, justify="left" if col in ("detector", "kind") else "right")
-            for r in rates:
-                table.add_row(r.detector, r.kind, str(r.alarms), str(r.runs), f"{r.per_10k:.2f}")
-            console.print(table)
-        if args.check or unmet:
-            if unmet:
-                console.print(f"[bold red]{len(unmet)} target(s) unmet:[/]")
-                for line in unmet:
-                    console.print(f"  - {line}", markup=False, highlight=False)
-            else:
-                console.print("[bold green]all targets met[/]")
+    _print_result(args, result, stored, unmet)
     if args.check and unmet:
         if args.json or args.markdown:
             for line in unmet:
