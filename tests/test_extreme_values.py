@@ -146,3 +146,13 @@ def test_a_count_or_a_number_past_any_run_is_refused_naming_the_parameter():
                 cls(**kw, **{p.name: big})
             checked += 1
     assert checked > 100
+
+
+def test_a_jump_across_the_float_range_is_reported_as_a_factor_not_as_inf():
+    """1e-300 to 1e+300: the spike's message gives the factor (1e+600x), as the divergence's does."""
+    rng = np.random.default_rng(0)
+    loss = np.r_[1e-300 * np.exp(rng.normal(0, 0.05, 200)), np.full(50, 1e300)]
+    spikes = [e for e in ts.scan(loss=loss) if e.kind is ts.Kind.LOSS_SPIKE]
+    assert spikes and "e+600x its recent level" in spikes[0].message
+    climbs = [e for e in ts.scan(loss=loss) if e.kind is ts.Kind.DIVERGENCE]
+    assert climbs and "e+600x" in climbs[0].message

@@ -1,6 +1,6 @@
 """trainsignals: watch a training run's vital signs and say early, with reasons, what goes wrong.
 
-``import trainsignals`` pulls in NumPy and SciPy only: no framework, no plotting. Adapters live
+``import trainsignals`` pulls in NumPy only (SciPy when a batch path first needs it): no framework, no plotting. Adapters live
 in ``trainsignals.adapters.<framework>`` and import their framework themselves.
 """
 

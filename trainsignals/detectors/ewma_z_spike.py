@@ -12,6 +12,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_choice, check_range, check_signal
 from ._base import Detector, Input, Knob
 from ._ewma_jump import HOLD, MIN_RATIO, THRESHOLD, TRACK_KEYS, EWMAJump
+from ._factors import times
 from ._interval import MIN_HOLD
 
 
@@ -111,9 +112,11 @@ class EWMAZSpike(EWMAJump, Detector):
     def _jump_event(self, x: float, z: float, level: float, onset: int, step: int, why: str = "") -> Event:
         """The event of a jump to ``x`` from ``level`` at step ``onset``, reported at ``step``."""
         self._last_event = onset
-        ratio = x / level if level != 0 else math.inf
+        # the ratio in log space where both are positive: 1e+300 over 1e-300 is 1e+600x, not infx
+        ratio = times(math.log(x) - math.log(level)) if x > 0.0 and level > 0.0 else \
+            f"{x / level if level != 0 else math.inf:.3g}"
         word = "jumped" if (self.direction != "down" and z > 0) else "dropped"
-        msg = f"{self.signal} {word} to {x:.4g}, {ratio:.3g}x its recent level {level:.4g} (z={z:.1f}){why}"
+        msg = f"{self.signal} {word} to {x:.4g}, {ratio}x its recent level {level:.4g} (z={z:.1f}){why}"
         return make_event(self._kind, "warning", step, onset, type(self).__name__, self.signal, z,
                           self.threshold, msg)
 
