@@ -285,12 +285,12 @@ class RateBands:
         then ``take`` runs at every value); ``ys[off + t]`` is value ``n0 + t``'s, after ``w2`` before it.
         """
         assert self.lprev
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # 1.01 x the largest float: inf, as in take()
             known = np.isfinite(lr) & (lr > 0.0)
-        at = np.flatnonzero(known)
-        if len(at):
+            at = np.flatnonzero(known)
             kl = lr[at]
             up = np.flatnonzero(kl > RATE_RISE * np.concatenate(([self.lprev], kl[:-1])))
+        if len(at):
             if len(up):
                 self.rise = n0 + int(at[up[-1]])
             self.lprev = float(kl[-1])

@@ -142,8 +142,8 @@ class SwingRatioEdgeOfStability(Detector):
         if (got := self._test(self._ys, self._gs)) is None or not self._rates.wider(
                 list(self._ys)[-self._w2:], n + 1 - SPAN * self.window, self.shift):
             return None
-        (rl, rg), w2 = got, 3 * self.window // 2
-        self._quiet_until, self._left = quiet_after(step, self.cooldown, self._ss[0]), 0
+        (rl, rg), w2, self._left = got, 3 * self.window // 2, 0
+        self._quiet_until = quiet_after(step, self.cooldown, self._ss[0])
         msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over the "
                f"{w2} before the last {w2 + self.window}, with no net progress" + (f"; the grad norm moved {rg:.3g}x "
                "(its swing or its level)" if rg < math.inf else "") + ": step size at the edge of stability")
@@ -151,11 +151,10 @@ class SwingRatioEdgeOfStability(Detector):
                           self.shift, msg)
 
     def _fast(self, arrays: Sequence[np.ndarray], steps: np.ndarray, i: int, j: int) -> int:
-        if not self._n or steps[i] <= self._quiet_until:
-            return 0
         grads, rt = first_usable if self._ng == 0 else first_unusable, self._rates  # grad norms all present or absent
-        if not (lim := min(first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True),  # a usable loss,
-                           j - i if rt.lprev else first_usable(arrays[2], i, j))):  # a rate known, or none given
+        if not self._n or steps[i] <= self._quiet_until or not (lim := min(
+                first_unusable(arrays[0], i, j, True), grads(arrays[1], i, j, True),  # a usable loss,
+                j - i if rt.lprev else first_usable(arrays[2], i, j))):  # a rate known, or none given
             return 0
         y, g, w, r2 = column_log(arrays[0], i, i + lim), column_log(arrays[1], i, i + lim), self.window, self.shift_ratio
         w2, span = 3 * w // 2, SPAN * w
@@ -178,15 +177,14 @@ class SwingRatioEdgeOfStability(Detector):
                 with np.errstate(over="ignore", invalid="ignore"):
                     moved = np.maximum(sw.batch_scale(gc) / sw.batch_scale(gr),
                                        np.exp(np.median(gc, axis=1) - np.median(gr, axis=1)))
-                # a window with a missing grad norm is left to the scalar test (it drops the gaps)
-                es = es[(moved >= self.grad_shift * sw.SLACK) | ~np.isfinite(gc).all(axis=1)
-                        | ~np.isfinite(gr).all(axis=1)]
+                es = es[(moved >= self.grad_shift * sw.SLACK) | ~np.isfinite(gc).all(axis=1)  # a window with a gap:
+                        | ~np.isfinite(gr).all(axis=1)]  # left to the scalar test (it drops the gaps)
             ends = (off + es + 1).tolist()  # the first survivor the scalar test fires on (the rates' too: scalar)
             k = next((e - off - 1 for e in ends
                       if self._test(yext[e - span:e].tolist(), gext[e - span:e].tolist()) is not None), lim)
-        if k and rt.lprev:
-            rt.take_many(arrays[2][i:i + k], n0, np.concatenate((np.asarray(self._ys), y[:k])), off, w2)
         if k:
+            if rt.lprev:
+                rt.take_many(arrays[2][i:i + k], n0, np.concatenate((np.asarray(self._ys), y[:k])), off, w2)
             self._left = max(0, max([until0] + [a + watch for a in arms if a < n0 + k]) - (n0 + k - 1))
             self._ml, self._vl, self._bl = float(y[k - 1]), float(vl[k - 1]), float(bl[k - 1])
             if self._ng:
