@@ -96,6 +96,8 @@ def test_events_carry_their_rules_measured_healthy_rate():
     changed = ts.Monitor(total_steps=300, loss_spike={"threshold": 6.5}, loss_peak={"peak_ratio": 4.0})
     assert all(e.healthy_rate is None for e in changed.scan(loss=loss) if e.kind is ts.Kind.LOSS_SPIKE)
     assert all(d.healthy_rate is None for d in ts.default_suite(300, calibrated=False).values())
+    # a log written every N steps: the rates were measured on one value a step, and do not apply
+    assert all(d.healthy_rate is None and d.heldout_rate is None for d in ts.default_suite(300, log_every=10).values())
 
 
 def test_events_report_their_rules_held_out_rate_first():

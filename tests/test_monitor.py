@@ -440,3 +440,43 @@ def test_each_default_detector_keeps_few_instance_attributes():
     # in slots to stay under it
     for name, det in ts.Monitor(total_steps=1000).detectors.items():
         assert len(vars(det)) <= 29, (name, len(vars(det)))
+
+
+def _diverging_loss() -> np.ndarray:
+    return np.r_[np.linspace(2.0, 1.0, 100), 1.0 * 1.2 ** np.arange(1, 30)]
+
+
+def test_a_rewind_restores_the_snapshots_status_and_keeps_the_step():
+    """A run rolled back to a snapshot taken while diverging is diverging again, at the step it had reached."""
+    loss = _diverging_loss()
+    mon = ts.Monitor()
+    for t in range(110):
+        mon.update(step=t, loss=float(loss[t]))
+    snap, then = json.loads(json.dumps(mon.state_dict())), mon.status
+    assert then == "diverging"
+    for t in range(110, 600):
+        mon.update(step=t, loss=1.0)
+    assert mon.status != "diverging"
+    mon.load_state_dict(snap, rewind=True)
+    assert (mon.status, mon.step, mon.should_stop) == (then, 599, True)
+    warm = ts.Monitor()
+    warm.update(step=0, loss=1.0)
+    early = json.loads(json.dumps(warm.state_dict()))
+    for t in range(1, 300):
+        warm.update(step=t, loss=1.0)
+    warm.load_state_dict(early, rewind=True)
+    assert warm.status == "warming_up"  # one loss seen, as in the snapshot
+
+
+def test_the_summary_says_what_it_kept_and_keeps_notes_apart():
+    mon = ts.Monitor(max_events=1)
+    mon.scan(loss=_diverging_loss())
+    n = mon.n_events
+    assert n > 1
+    head = mon.summary().splitlines()[0]
+    assert f"{n} event(s) (the oldest {n - 1} not kept: max_events=1)" in head
+    note = ts.make_event(ts.Kind.DIVERGENCE, "info", 5, 5, "mine", "loss", 1.0, 1.0, "rolled back")
+    quiet = ts.Monitor()
+    quiet.update(step=5, loss=1.0, events=[note])
+    text = quiet.summary()
+    assert "divergence" not in text and "and 1 info event(s): notes, not alarms" in text

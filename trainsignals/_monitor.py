@@ -730,18 +730,31 @@ class Monitor:
 
     # ------------------------------------------------------------------------------------
     def summary(self) -> str:
-        """A short report a person reads: status, steps seen, and what fired, when, why."""
-        lines = [f"trainsignals: status {self.status} after step {self._step}; "
-                 f"{self._n_events} event(s){'; STOP advised' if self._should_stop else ''}"]
+        """A short report a person reads: status, steps seen, and what fired, when, why.
+
+        The alarms (warnings and criticals) kept in :attr:`events`, by kind; info events (notes
+        such as a rollback) are counted apart, and the oldest events past ``max_events`` are named
+        as not kept.
+        """
+        dropped = self._n_events - len(self._events)
+        lines = [f"trainsignals: status {self.status} after step {self._step}; {self._n_events} event(s)"
+                 + (f" (the oldest {dropped} not kept: max_events={self.max_events})" if dropped else "")
+                 + ("; STOP advised" if self._should_stop else "")]
         by_kind: dict[Kind, list[Event]] = {}
+        notes = 0
         for ev in self._events:
-            by_kind.setdefault(ev.kind, []).append(ev)
+            if ev.severity == "info":
+                notes += 1
+            else:
+                by_kind.setdefault(ev.kind, []).append(ev)
         for kind, evs in by_kind.items():
             first = evs[0]
             sev = "critical" if any(e.severity == "critical" for e in evs) else evs[0].severity
             lines.append(f"  {kind.value:<20} x{len(evs):<3} {sev:<8} first at step {first.step} "
                          f"(onset {first.onset_step}): {first.message}")
             lines.append(f"  {'':<20}      cause: {first.cause}; fix: {first.fix}")
+        if notes:
+            lines.append(f"  and {notes} info event(s): notes, not alarms")
         return "\n".join(lines)
 
     def state_dict(self) -> dict[str, Any]:
@@ -810,6 +823,10 @@ class Monitor:
         last_state_step = {str(k): int(v) for k, v in mon["last_state_step"].items()}
         layer_names = {str(k): tuple(str(n) for n in v) for k, v in mon["layer_names"].items()}
         step, n_events = int(mon["step"]), int(mon["n_events"])
+        if rewind:  # the snapshot's state as of now: its events as many steps back as they were then
+            shift = self._step - step
+            last_state_step = {k: v + shift for k, v in last_state_step.items()}
+            first_loss = first_loss + shift if first_loss >= 0 else first_loss
         events = deque((Event.from_dict(e) for e in mon["events"]), maxlen=self.max_events)
         for name, det in self._suite.items():
             det.clone().load_state_dict(dets[name])  # a detector refuses a foreign state before any is loaded

@@ -203,6 +203,6 @@ def default_suite(total_steps: int | None = None, *, min_patience: int = 50, val
             raise ValueError(f"{name}: {exc}") from exc
         except ValueError as exc:
             raise ValueError(f"{name}.{exc}") from exc
-        if not opt:  # the measured rates hold for the calibrated settings only
+        if not opt and log_every == 1:  # the rates were measured at these settings, on logs of one value a step
             suite[name].healthy_rate, suite[name].heldout_rate = rate, held
     return suite
