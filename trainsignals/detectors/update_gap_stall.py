@@ -127,7 +127,7 @@ class UpdateGapStall(Detector):
         self._quiet_until = step + self.cooldown if self.cooldown else -1
         n = self._unseen
         what, why = _WHAT[self.signal]
-        msg = (f"no {what} for {n} loss values (since step {self._onset}; the longest gap before was "
+        msg = (f"no {what} above 0 for {n} loss values (since step {self._onset}; the longest gap before was "
                f"{self._longest}): the weights stopped changing: {why}?")
         return make_event(Kind.STALL, "warning", step, self._onset, type(self).__name__, self.signal,
                           float(n), float(need), msg)

@@ -150,15 +150,15 @@ class UpdateRatioAboveBand(Detector):
             self._onset = step
         if self._out or self._n <= self.warmup or (self._quiet_until is not None and step <= self._quiet_until):
             return None
-        self._out = True
-        self._quiet_until = step + self.cooldown if self.cooldown else self._quiet_until
+        self._out, self._quiet_until = True, step + self.cooldown if self.cooldown else self._quiet_until
         if lv <= self._lhi:  # the edge came down to band_top: a jump from the run's own level
             edge = pow10_or_inf(ref + self.jump)
-            msg = (f"update ratio has stayed near {times(lv, True)}, over {self.jump:g} decade(s) above the run's "
-                   f"own level {times(ref, True)}, since step {self._onset}")
+            msg = (f"update ratio's smoothed level is {times(lv, True)} (latest {x:.3g}), over {self.jump:g} "
+                   f"decade(s) above the run's own level {times(ref, True)}, since step {self._onset}")
         else:
             edge = self.high
-            msg = f"update ratio has stayed near {times(lv, True)}, above the healthy band edge {edge:.3g} since step {self._onset}"
+            msg = (f"update ratio's smoothed level is {times(lv, True)} (latest {x:.3g}), above the healthy band edge "
+                   f"{edge:.3g} since step {self._onset}")
         return make_event(Kind.UPDATE_RATIO_HIGH, "warning", step, self._onset, type(self).__name__, "update_ratio",
                           pow10_or_inf(lv), edge, msg)
 

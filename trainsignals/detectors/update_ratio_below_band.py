@@ -131,7 +131,8 @@ class UpdateRatioBelowBand(Detector):
         if self.cooldown:
             self._quiet_until = step + self.cooldown
         edge = self.low if lv < self._llo else self.soft_low
-        msg = f"update ratio has stayed near {10 ** lv:.3g}, below the healthy band edge {edge:.3g} since step {self._onset}"
+        msg = (f"update ratio's smoothed level is {10 ** lv:.3g} (latest {x:.3g}), below the healthy band edge "
+               f"{edge:.3g} since step {self._onset}")
         return make_event(Kind.UPDATE_RATIO_LOW, "warning", step, self._onset, type(self).__name__, "update_ratio",
                           10 ** lv, edge, msg)
 
