@@ -1,11 +1,16 @@
-"""trainsignals watching ``keras.Model.fit`` (Keras 3, JAX backend; runs on a CPU in ~10 s).
+"""trainsignals watching ``keras.Model.fit`` (Keras 3, JAX backend; runs on a CPU in ~15 s).
 
 Two runs of the same MLP on synthetic 8x8 "digits":
 
 1. a healthy run: the callback stays quiet;
-2. the learning rate is multiplied by 10,000 at epoch 3 (a mis-wired scheduler): the callback
-   reports the divergence within a few steps, stops ``fit`` and puts back the weights of the
-   best validation loss.
+2. the learning rate is multiplied by 10,000 at epoch 3, step 90 (a mis-wired scheduler): the
+   callback warns at once (``lr_anomaly`` and ``update_ratio_high`` at step 90, ``loss_spike``
+   and ``grad_explosion`` at step 91, as the loss leaps from 0.33 to 1e7 and beyond); when the
+   weights overflow nine steps later (step 99: an infinite update ratio and a NaN validation
+   loss, ``nonfinite``, critical) it stops ``fit`` and puts back the weights of the best
+   validation loss. No ``divergence`` is reported before that: the loss rises three steps in a
+   row (the geometric-climb rule needs four), then falls back to hundreds, and the rules that
+   compare levels need 20 steps after the jump.
 
 Run: ``python examples/keras_fit.py`` (needs ``pip install keras jax``).
 """

@@ -7,7 +7,9 @@ ranks stop together), compares the replicas and looks for a rank that stands out
 injected so there is something to see (``--fault``):
 
 * ``bad-shard`` (default): from step 150 the last rank's shard has shuffled labels (a corrupted
-  data shard) → ``bad_rank`` naming that rank; training goes on;
+  data shard) → ``bad_rank`` (a warning) naming that rank at step 152; the shuffled half of every
+  batch then pulls the ranks' mean loss back up, and the Monitor reports the lost progress as
+  ``divergence`` (critical, step 166 on 2 CPU processes): every rank stops there;
 * ``bit-flip``: at step 147 one weight tensor of the last rank is multiplied by 1 + 1e-6 (silent
   corruption) → ``replica_divergence`` naming the tensor at the next fingerprint check; every
   rank stops;
@@ -15,7 +17,7 @@ injected so there is something to see (``--fault``):
   divergence and every rank stops at the same step;
 * ``none``: a healthy run.
 
-Run (CPU, gloo; a few seconds)::
+Run (CPU, gloo; about 10-15 s)::
 
     torchrun --nproc-per-node 2 examples/torchrun_ddp.py [--fault bad-shard|bit-flip|lr|none]
 

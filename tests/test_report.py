@@ -207,6 +207,37 @@ def test_replay_takes_the_interval_and_length_it_is_told(tmp_path: Path) -> None
         replay(tmp_path / "u.arrow", total_steps=0)
 
 
+def test_default_monitor_is_the_monitor_replay_builds(tmp_path: Path) -> None:
+    from trainsignals.io.report import default_monitor, logging_interval
+
+    c = generate("stall", 1, "easy")
+    every = np.arange(0, c.total_steps, 10)
+    write_trace(tmp_path / "s.arrow", step=every, loss=c.loss[every], grad_norm=c.grad_norm[every])
+    table = read_trace(tmp_path / "s.arrow")
+    assert logging_interval(table) == 10 and logging_interval(table.slice(0, 2)) == 1
+    mon, notes = default_monitor(table)
+    assert (mon.log_every, mon.total_steps) == (10, int(every[-1]) + 10)
+    assert notes == [n for n in replay(table).notes if "one loss every" in n] and len(notes) == 1
+    assert dicts(mon.scan(step=every, loss=c.loss[every], grad_norm=c.grad_norm[every])) == dicts(replay(table).events)
+    # the first rows of a trace still being written: the interval, but no length to take from the span
+    first, _ = default_monitor(table.slice(0, 12), complete=False)
+    assert (first.log_every, first.total_steps) == (10, None)
+    told, notes = default_monitor(table.slice(0, 12), log_every=25, total_steps=900, complete=False)
+    assert (told.log_every, told.total_steps) == (25, 900) and "log_every=25) as asked" in notes[0]
+    with pytest.raises(ValueError, match="log_every"):
+        default_monitor(table, log_every=0)
+
+
+def test_summary_table_shows_names_and_errors_in_brackets_as_they_are() -> None:
+    reports = [Report(source="runs/exp[lr].arrow", error="cannot read [damaged] at byte 8"),
+               Report(source="runs/b[0].arrow", final_status="healthy", steps=10, notes=["[bold]not markup[/]"])]
+    console = Console(width=250, record=True, force_terminal=True, color_system=None)
+    console.print(summary_table(reports))
+    text = console.export_text()
+    assert "exp[lr].arrow" in text and "cannot read [damaged] at byte 8" in text  # was "exp.arrow", "cannot read  at"
+    assert "b[0].arrow" in text and "([bold]not markup[/])" in text
+
+
 # -- verdicts -----------------------------------------------------------------------------------
 
 

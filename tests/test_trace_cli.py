@@ -277,3 +277,122 @@ def test_watch_says_what_happened_when_nothing_arrived(tmp_path: Path, capsys: p
     assert run("watch", str(empty), "--timeout", "5", "--interval", "0.02") == 3
     out, err = capsys.readouterr()
     assert "healthy" not in out and err == f"error: {empty}: the writer closed the trace without writing a step\n"
+
+
+# -- watch judges as replay does; rich tables show data as it is -----------------------------
+def sparse_jump(n: int = 6000, every: int = 50, at: int = 114) -> dict[str, Any]:
+    """A run logged every 50 steps whose loss triples at its 114th row: 6 rows before the end."""
+    sig = {k: v[::every].copy() for k, v in healthy(n).items()}
+    sig["loss"][at:] *= 3.0
+    return sig
+
+
+def watched_events(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("step ") and (" WARNING " in line
+                                                                              or " CRITICAL " in line)]
+
+
+def test_watch_of_a_closed_trace_gives_the_events_and_status_of_replay(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sparse.arrow"
+    write_trace(path, **sparse_jump())
+    assert run("replay", str(path), "--json") == 2  # the jump is a divergence 2 rows later at log_every=50
+    rep = json.loads(capsys.readouterr().out)["runs"][0]
+    assert [(e["step"], e["kind"]) for e in rep["events"]] == [(5700, "loss_spike"), (5800, "divergence")]
+    assert run("watch", str(path), "--timeout", "5", "--interval", "0.02") == 2  # was 1: Monitor(log_every=1)
+    out = capsys.readouterr().out
+    assert [line.split(" [")[0] for line in watched_events(out)] == [
+        f"step {e['step']} {e['severity'].upper()} {e['kind']}" + (f" (since step {e['onset_step']})"
+                                                                   if e["onset_step"] != e["step"] else "")
+        + f": {e['message']}" for e in rep["events"]]
+    assert "watched with Monitor(log_every=50)" in out
+    # told otherwise, watch uses what it is told, and says so
+    assert run("watch", str(path), "--timeout", "5", "--interval", "0.02", "--log-every", "1") == 1
+    out = capsys.readouterr().out
+    assert "divergence" not in out and "watched with Monitor(log_every=1) as asked" in out
+    with pytest.raises(SystemExit) as exc:
+        run("watch", str(path), "--log-every", "0")
+    assert exc.value.code == 2 and "argument --log-every: must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_watch_infers_the_interval_from_the_first_rows_of_a_live_trace(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "live_sparse.arrow"
+    sig = sparse_jump()
+    started = threading.Event()
+
+    def writer() -> None:
+        with TraceWriter(path, flush_every=4, metadata={"total_steps": 6000}) as w:  # 4 losses a batch
+            for i, step in enumerate(sig["step"]):
+                w.write(int(step), loss=float(sig["loss"][i]), grad_norm=float(sig["grad_norm"][i]))
+                if i % 4 == 3:
+                    started.set()
+                    time.sleep(0.01)
+
+    th = threading.Thread(target=writer)
+    th.start()
+    started.wait(5)
+    code = run("watch", str(path), "--interval", "0.005", "--timeout", "20")
+    th.join()
+    out = capsys.readouterr().out
+    write_trace(tmp_path / "whole.arrow", **sig, metadata={"total_steps": 6000})
+    assert run("replay", str(tmp_path / "whole.arrow"), "--json") == code == 2
+    rep = json.loads(capsys.readouterr().out)["runs"][0]
+    assert [" ".join(line.split()[:4]).rstrip(":") for line in watched_events(out)] == [
+        f"step {e['step']} {e['severity'].upper()} {e['kind']}" for e in rep["events"]]
+    assert "watched with Monitor(log_every=50)" in out and "120 steps (0..5950)" in out
+
+
+def test_watch_holds_the_first_rows_until_it_can_tell_the_interval(tmp_path: Path) -> None:
+    write_trace(tmp_path / "s.arrow", **sparse_jump())
+    table = read_trace(tmp_path / "s.arrow")
+    w = trace_cli._Watch("s.arrow", None)
+    assert w.status == "waiting" and w.feed(table.slice(0, 6)) == []
+    assert w.monitor is None and w.status == "warming_up" and w.rows == 6
+    assert "reading the logging interval (6/10 losses; --log-every skips this)" in w.line("writer running")
+    w.feed(table.slice(6, 6))  # 12 losses: the Monitor is built from them, and judges them
+    assert w.monitor is not None and w.monitor.log_every == 50 and w.monitor.total_steps is None
+    rest = w.feed(table.slice(12))
+    assert [(e.step, e.kind.value) for e in rest] == [(5700, "loss_spike"), (5800, "divergence")]
+    told = trace_cli._Watch("s.arrow", None, log_every=25)
+    told.feed(table.slice(0, 1))  # told the interval: judged from the first row
+    assert told.monitor is not None and told.monitor.log_every == 25
+    short = trace_cli._Watch("s.arrow", None)
+    short.feed(table.slice(0, 3))
+    assert short.finish(complete=True) == [] and short.monitor is not None  # the end: judged with what is there
+    assert short.monitor.total_steps == 150  # a closed trace's span, as replay
+
+
+def layer_report(name: str) -> ts.io.report.Report:
+    from trainsignals.io.report import Report
+
+    ev = ts.Event(ts.Kind.VANISHING_GRADIENT, "warning", 276, 274, "OwnDropGradCliff", "layer_grad_norms[fc1]",
+                  2.1, 2.0, "grad norm of layer fc1 is 0.0272 [tiny]", "c", "fix [a] then [b]", layer="fc1")
+    return Report(source=name, events=[ev], final_status="healthy", steps=465, first_step=0, last_step=464)
+
+
+def test_rich_tables_show_names_and_layers_in_brackets_as_they_are() -> None:
+    import io
+
+    from rich.console import Console
+
+    from trainsignals.io.report import summary_table
+
+    def render(table: Any) -> str:
+        buf = io.StringIO()
+        Console(file=buf, width=250, force_terminal=True, color_system=None).print(table)
+        return buf.getvalue()
+
+    text = render(trace_cli._failure_table(layer_report("exp[lr].arrow")))
+    assert "vanishing_gradient [fc1]" in text  # was "vanishing_gradient": [fc1] read as markup
+    assert "0.0272 [tiny]" in text and "fix [a] then [b]" in text
+    summary = render(summary_table([layer_report("runs/exp[lr].arrow"), layer_report("runs/b.arrow")]))
+    assert "exp[lr].arrow" in summary and "fix [a] then [b]" in summary
+
+
+def test_replay_of_a_folder_lists_a_run_named_with_brackets(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (runs / "a_ok.arrow").rename(runs / "exp[lr=0.1].arrow")
+    assert run("replay", str(runs), "--processes", "1") == 2
+    out = capsys.readouterr().out  # through a pipe: the plain report, then the summary table
+    table = out[out.index("3 run(s) replayed"):]
+    assert "exp[lr=0.1].arrow" in table  # was "exp.arrow"

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from trainsignals.cli.options import UsageError, nonnegative_int, positive_float, positive_int, run_command
+from trainsignals.cli.options import UsageError, nonnegative_int, positive_int, run_command
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -62,10 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     d.set_defaults(func=_demo)
 
+    from trainsignals.cli.playground import add_playground_arguments
+
     g = sub.add_parser("playground", help="gradient descent on (w - 3)**2 with a live status line")
-    g.add_argument("--lr", type=positive_float, default=0.1, help="learning rate (default 0.1)")
-    g.add_argument("--steps", type=positive_int, default=10, help="steps (default 10)")
-    g.add_argument("--sweep", action="store_true", help="learning-rate sweep (each rate 3x the last)")
+    add_playground_arguments(g)
     g.set_defaults(func=_playground)
 
     b = sub.add_parser("bench", help="score the detectors and the baselines on a labeled suite")

@@ -48,10 +48,16 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from rich.console import Console, RenderableType
 
+    from trainsignals import Monitor
+
 __all__ = ["EXIT_INTERRUPTED", "TraceTail", "add_trace_commands"]
 
 #: Exit status of ``watch`` stopped with Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
+
+#: Logged losses ``watch`` reads before it infers the logging interval (``--log-every`` not given),
+#: or rows without that many losses (a trace that logs none, or few).
+INTERVAL_LOSSES, INTERVAL_ROWS = 10, 1_000
 
 _EXIT_HELP = """exit status: 0 every run healthy (no warning or critical event); 1 warnings only;
 2 a critical event in some run (non-finite values, divergence, repeated spikes...), or a bad
@@ -64,7 +70,7 @@ event, or a bad option; 3 the file is not a trace, never appeared, or no step ar
 
 
 def _wrap(text: str) -> str:
-    return textwrap.fill(text, width=90)
+    return textwrap.fill(text, width=90, break_on_hyphens=False)
 
 
 def add_trace_commands(subparsers: Any) -> None:
@@ -118,7 +124,12 @@ def add_trace_commands(subparsers: Any) -> None:
                     "are read as they arrive (a partial last batch is normal while the writer "
                     "runs) and fed to a Monitor; a live status line shows the latest step, status "
                     "and events. Ends when the writer closes the trace, on Ctrl-C, or after "
-                    "--timeout seconds without growth. The file may appear after watch starts."),
+                    "--timeout seconds without growth. The file may appear after watch starts. The "
+                    "Monitor is the one replay builds: told the logging interval (--log-every, else the "
+                    f"median gap between the losses, read once {INTERVAL_LOSSES} are there: the first rows "
+                    "wait for them) "
+                    "and the run's length (--total-steps, else the metadata's total_steps); a trace the "
+                    "writer closed before watch read it gets replay's events and exit status."),
         epilog=_WATCH_EXIT_HELP,
         formatter_class=fmt)
     w.add_argument("path", metavar="PATH", help="trace file (may not exist yet)")
@@ -126,9 +137,14 @@ def add_trace_commands(subparsers: Any) -> None:
     w.add_argument("--timeout", type=nonnegative_float, default=None,
                    help="stop after this many seconds without growth, or without the file appearing "
                         "(default: wait for the writer to close the trace)")
-    w.add_argument("--total-steps", type=positive_int, default=None,
+    w.add_argument("--log-every", type=positive_int, default=None, metavar="N",
+                   help="steps between two logged values (default: the median gap between the losses, as "
+                        f"replay infers it, read once {INTERVAL_LOSSES} are there or the trace ends; the "
+                        "first rows wait for them)")
+    w.add_argument("--total-steps", type=positive_int, default=None, metavar="N",
                    help="planned steps (stall patience 10%% of them); default: the trace metadata's "
-                        "total_steps, if any")
+                        "total_steps, else, for a trace the writer closed before watch read it, the steps "
+                        "it spans (as replay)")
     w.set_defaults(func=_watch_cmd)
 
     c = subparsers.add_parser(
@@ -184,6 +200,7 @@ def _console(stderr: bool = False) -> Console:
 def _failure_table(report: Report) -> Any:
     """One row per failure kind: severity, count, when it began and was noticed, what, first fix."""
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(show_edge=False, pad_edge=False, expand=False)
     for col, just in (("failure", "left"), ("severity", "left"), ("events", "right"), ("began", "right"),
@@ -194,8 +211,9 @@ def _failure_table(report: Report) -> Any:
         sev = "critical" if any(e.severity == "critical" for e in evs) else "warning"
         style = "bold red" if sev == "critical" else "yellow"
         layer = f" [{first.layer}]" if first.layer else ""
-        t.add_row(kind.value + layer, f"[{style}]{sev}[/]", str(len(evs)), str(first.onset_step), str(first.step),
-                  first.message, first.fix)
+        # data, not markup: "vanishing_gradient [fc1]" as it is
+        t.add_row(Text(kind.value + layer), Text(sev, style=style), str(len(evs)), str(first.onset_step),
+                  str(first.step), Text(first.message), Text(first.fix))
     return t
 
 
@@ -212,7 +230,7 @@ def _print_rich(console: Console, reports: Sequence[Report]) -> None:
         if rep.failures():
             console.print(_failure_table(rep))
         for n in rep.notes:
-            console.print(f"  [magenta]note:[/] {n}")
+            console.print(Text.assemble("  ", ("note:", "magenta"), f" {n}"))
         if rep.status_timeline:
             console.print("  status: " + ", ".join(f"{s}: {st}" for s, st in rep.status_timeline[:12])
                           + (" ..." if len(rep.status_timeline) > 12 else ""))
@@ -222,15 +240,17 @@ def _print_rich(console: Console, reports: Sequence[Report]) -> None:
 
 
 def _replay_cmd(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     err = _console(stderr=True)
     mapping = _parse_map(args.map)  # a UsageError: status 2, as argparse's
     try:
         files = expand_sources(args.paths)
     except (FileNotFoundError, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}", markup=True)
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_UNREADABLE
     if not files:
-        err.print(f"[red]error:[/] no traces or logs in {', '.join(args.paths)}")
+        err.print(f"[red]error:[/] no traces or logs in {escape(', '.join(args.paths))}")
         return EXIT_UNREADABLE
     processes = args.processes if args.processes is not None else (1 if len(files) == 1 else None)
     progress = True if args.progress else (len(files) > 1 and sys.stderr.isatty())
@@ -259,6 +279,8 @@ def _replay_cmd(args: argparse.Namespace) -> int:
 
 # -- plot ---------------------------------------------------------------------------------
 def _plot_cmd(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     err = _console(stderr=True)
     mapping = _parse_map(args.map)
     try:
@@ -270,10 +292,11 @@ def _plot_cmd(args: argparse.Namespace) -> int:
                                log_every=args.log_every, total_steps=args.total_steps)
         plot_run(report, output=output, dpi=args.dpi)
     except ImportError as exc:
-        err.print(f"[red]error:[/] plotting needs matplotlib: pip install 'trainsignals[plot]' ({exc})")
+        extra = escape("'trainsignals[plot]'")
+        err.print(f"[red]error:[/] plotting needs matplotlib: pip install {extra} ({escape(str(exc))})")
         return 1
     except (OSError, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 1
     print(f"wrote {output}")
     return 0
@@ -362,19 +385,27 @@ class TraceTail:
 
 
 class _Watch:
-    """The Monitor fed by a :class:`TraceTail`, and what the display needs."""
+    """The Monitor fed by a :class:`TraceTail`, and what the display needs.
 
-    def __init__(self, path: str, total_steps: int | None) -> None:
+    The Monitor is built as :func:`trainsignals.io.report.replay` builds it
+    (:func:`~trainsignals.io.report.default_monitor`): without ``log_every`` the rows wait until
+    :data:`INTERVAL_LOSSES` losses (or :data:`INTERVAL_ROWS` rows, or the end of the trace) are
+    there to infer it, then are judged at once. A trace whose writer closed before it was read
+    is judged whole: the Monitor, events and exit status of ``replay``.
+    """
+
+    def __init__(self, path: str, total_steps: int | None, log_every: int | None = None) -> None:
         self.path = path
         self.total_steps = total_steps
+        self.log_every = log_every
         self.reset()
 
     def reset(self) -> None:
-        from trainsignals._monitor import Monitor
-
         self.monitor: Monitor | None = None
-        self.Monitor = Monitor
         self.events: list[Any] = []
+        self.notes: list[str] = []
+        self.pending: list[pa.Table] = []
+        self.pending_losses = 0
         self.rows = 0
         self.first_step: int | None = None
         self.last_step: int | None = None
@@ -382,28 +413,68 @@ class _Watch:
         self.loss_parts: list[tuple[np.ndarray, np.ndarray]] = []
         self.step_parts: list[np.ndarray] = []
 
-    def feed(self, table: pa.Table) -> list[Any]:
-        from trainsignals.io.report import _measured, _planned_steps
+    def feed(self, table: pa.Table, complete: bool = False) -> list[Any]:
+        """Judge ``table`` (the rows read since the last call); ``complete``: the trace ends with it.
+
+        Returns:
+            The new events (none while the rows wait for the logging interval).
+        """
+        from trainsignals.io.report import _measured
         from trainsignals.io.traces import trace_metadata, trace_signals
 
-        if self.monitor is None:
+        if self.monitor is None and not self.rows:
             self.metadata = dict(trace_metadata(table)["metadata"])
-            self.monitor = self.Monitor(total_steps=self.total_steps or _planned_steps(table))
-        if table.num_rows == 0:
+        if table.num_rows:
+            steps = table.column("step").to_numpy()
+            loss = _measured(table, "loss")
+            self.step_parts.append(steps)
+            self.loss_parts.append(loss)
+            self.rows += table.num_rows
+            self.first_step = int(steps[0]) if self.first_step is None else self.first_step
+            self.last_step = int(steps[-1])
+        if self.monitor is not None:
+            new = self.monitor.scan(**trace_signals(table)) if table.num_rows else []
+            self.events.extend(new)
+            return new
+        if table.num_rows:
+            self.pending.append(table)
+            self.pending_losses += len(loss[0])
+        if complete or self.log_every is not None or self.pending_losses >= INTERVAL_LOSSES \
+                or sum(t.num_rows for t in self.pending) >= INTERVAL_ROWS:
+            return self.finish(complete)
+        return []  # too few losses yet to tell the logging interval
+
+    def finish(self, complete: bool) -> list[Any]:
+        """Build the Monitor from the rows read so far and judge them (none: nothing to do).
+
+        Args:
+            complete: Whether the trace ends here (the writer closed it): the Monitor is then
+                the one ``replay`` builds for it.
+
+        Returns:
+            The events of the rows that waited.
+        """
+        import pyarrow as pa
+
+        from trainsignals.io.report import default_monitor
+        from trainsignals.io.traces import trace_signals
+
+        if self.monitor is not None or not self.pending:
             return []
+        table = pa.concat_tables(self.pending)
+        self.pending, self.pending_losses = [], 0
+        self.monitor, notes = default_monitor(table, log_every=self.log_every, total_steps=self.total_steps,
+                                              complete=complete)
+        self.notes = [n.replace("replayed with", "watched with", 1) for n in notes]
         new = self.monitor.scan(**trace_signals(table))
         self.events.extend(new)
-        steps = table.column("step").to_numpy()
-        self.step_parts.append(steps)
-        self.loss_parts.append(_measured(table, "loss"))
-        self.rows += table.num_rows
-        self.first_step = int(steps[0]) if self.first_step is None else self.first_step
-        self.last_step = int(steps[-1])
         return new
 
     @property
     def status(self) -> str:
-        return self.monitor.status if self.monitor is not None else "waiting"
+        if self.monitor is not None:
+            return self.monitor.status
+        return "warming_up" if self.rows else "waiting"
 
     def report(self, note: str) -> Report:
         mon = self.monitor
@@ -415,11 +486,14 @@ class _Watch:
         return Report(source=self.path, events=list(self.events), status_timeline=timeline,
                       final_status=mon.status if mon is not None else "warming_up",
                       should_stop=bool(mon and mon.should_stop), steps=self.rows, first_step=self.first_step,
-                      last_step=self.last_step, metadata=self.metadata, notes=[note])
+                      last_step=self.last_step, metadata=self.metadata, notes=[note, *self.notes])
 
     def line(self, state: str) -> str:
         step = "-" if self.last_step is None else f"{self.last_step:,}"
         stop = " | STOP advised" if self.monitor is not None and self.monitor.should_stop else ""
+        if self.monitor is None and self.rows:
+            state = (f"{state}; reading the logging interval ({self.pending_losses}/{INTERVAL_LOSSES} losses; "
+                     "--log-every skips this)")
         return (f"{self.path} | step {step} | {self.rows:,} rows | status {self.status} | "
                 f"{len(self.events)} event(s){stop} | {state}")
 
@@ -437,6 +511,15 @@ def _live_view(w: _Watch, state: str, most: int = 8) -> RenderableType:
     return Group(*parts)
 
 
+def _print_news(w: _Watch, new: Sequence[Any], shown_status: str, state: str) -> str:
+    """Print the new events, and the status line when the status changed; returns the status shown."""
+    for e in new:
+        print(str(e), flush=True)
+    if w.status != shown_status:
+        print(w.line(state), flush=True)
+    return w.status
+
+
 def _watch_cmd(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
@@ -449,7 +532,7 @@ def _watch_cmd(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     console = _console()
     live_mode = console.is_terminal
-    w = _Watch(os.fspath(args.path), args.total_steps)
+    w = _Watch(os.fspath(args.path), args.total_steps, args.log_every)
     last_growth = time.monotonic()
     state = "waiting for the file" if not tail.path.exists() else "reading"
     live: Any = None
@@ -471,20 +554,17 @@ def _watch_cmd(args: argparse.Namespace) -> int:
                 batches = []
                 msg = f"{args.path} was rewritten: starting over"
                 if live_mode:
-                    live.console.print(msg)
+                    live.console.print(msg, markup=False)
                 else:
                     print(msg, flush=True)
             now = time.monotonic()
             if batches:
                 last_growth = now
                 assert tail.schema is not None
-                new = w.feed(pa.Table.from_batches(batches, schema=tail.schema))
+                new = w.feed(pa.Table.from_batches(batches, schema=tail.schema), complete=tail.closed)
                 if not live_mode:
-                    for e in new:
-                        print(str(e), flush=True)
-                    if w.status != shown_status:
-                        shown_status = w.status
-                        print(w.line("writer running"), flush=True)
+                    shown_status = _print_news(w, new, shown_status, "writer closed" if tail.closed
+                                               else "writer running")
             if tail.closed:
                 why = "the writer closed the trace"
                 break
@@ -507,9 +587,12 @@ def _watch_cmd(args: argparse.Namespace) -> int:
             live.stop()
         print(f"error: {error_message(exc)}", file=sys.stderr)
         return EXIT_UNREADABLE
+    new = w.finish(complete=tail.closed)  # rows still waiting for the logging interval
     if live_mode:
         live.update(_live_view(w, why))
         live.stop()
+    else:
+        _print_news(w, new, shown_status, "stopped")
     if w.rows == 0:  # nothing to judge: say why, not "healthy"
         if not tail.path.exists():
             what = f"no such file (it did not appear within {args.timeout:g} s)"

@@ -48,11 +48,13 @@ __all__ = [
     "EXIT_UNREADABLE",
     "EXIT_WARNING",
     "Report",
+    "default_monitor",
     "expand_sources",
     "expand_traces",
     "import_trace",
     "imported_trace_kwargs",
     "is_trace",
+    "logging_interval",
     "replay",
     "replay_many",
     "replay_source",
@@ -495,6 +497,77 @@ def _check_plan(log_every: int | None, total_steps: int | None) -> None:
             check_range(pname, given, 1, None, integer=True)
 
 
+def logging_interval(table: pa.Table) -> int:
+    """The steps between two logged losses of a trace: the median gap between the steps that
+    hold a loss, or 1 with fewer than three losses.
+
+    It is the ``log_every`` :func:`replay` and ``trainsignals watch`` give the default Monitor
+    when not told one.
+
+    Args:
+        table: A trace (a table from :func:`trainsignals.io.traces.read_trace`), or its first rows.
+
+    Returns:
+        The interval in steps, >= 1.
+
+    Example:
+        >>> from trainsignals.io.traces import read_trace, write_trace
+        >>> import os, tempfile
+        >>> p = os.path.join(tempfile.mkdtemp(), "t.arrow")
+        >>> _ = write_trace(p, step=[0, 50, 100, 150], loss=[3.0, 2.0, 1.5, 1.2])
+        >>> logging_interval(read_trace(p))
+        50
+    """
+    if not table.num_rows:
+        return 1
+    logged = np.unique(_measured(table, "loss")[0])
+    return max(1, int(np.median(np.diff(logged)))) if len(logged) > 2 else 1
+
+
+def default_monitor(table: pa.Table, *, log_every: int | None = None, total_steps: int | None = None,
+                    complete: bool = True) -> tuple[Monitor, list[str]]:
+    """The Monitor :func:`replay` runs over a trace when given none, and notes on how it was chosen.
+
+    ``Monitor(total_steps=T, log_every=N)``: N is ``log_every``, else
+    :func:`logging_interval`; T is ``total_steps``, else the trace metadata's ``total_steps``
+    (a number >= 1), else, for a ``complete`` trace, the steps it spans (its rows at one loss a
+    step), else None (a trace still being written: its length is not known yet).
+    ``trainsignals watch`` builds its Monitor here, from the first rows of a live trace
+    (``complete=False``) or from the whole of one its writer already closed.
+
+    Args:
+        table: The trace, or its first rows (``complete=False``).
+        log_every: The steps between two logged values, instead of the median gap.
+        total_steps: The run's length in steps, instead of the metadata's or the span.
+        complete: Whether ``table`` is the whole run.
+
+    Returns:
+        ``(monitor, notes)``: a fresh Monitor, and what a report should say about its
+        ``log_every`` (nothing at one loss a step).
+
+    Raises:
+        ValueError: ``log_every`` or ``total_steps`` is not an integer >= 1.
+    """
+    _check_plan(log_every, total_steps)
+    n = table.num_rows
+    steps = table.column("step").to_numpy() if n else np.zeros(0, np.int64)
+    gap = logging_interval(table)
+    # a log written every `every` steps: the rules' spans cover the same steps in fewer values
+    every = gap if log_every is None else log_every
+    span = (int(steps[-1] - steps[0]) + every if n and every > 1 else n) if complete else None
+    planned = total_steps if total_steps is not None else _planned_steps(table)
+    notes: list[str] = []
+    if log_every is not None and log_every != gap:
+        notes.append(f"replayed with Monitor(log_every={log_every}) as asked; the median gap between the "
+                     f"trace's losses is {gap} steps")
+    elif every > 1:
+        notes.append(f"one loss every {gap} steps (median): replayed with Monitor(log_every={gap}), so the "
+                     "rules' windows cover the steps they cover at one value a step, down to the fewest "
+                     "values each rule needs; a spike shorter than a logging interval is averaged away "
+                     "where the logger writes window means")
+    return Monitor(total_steps=planned or span or None, log_every=every), notes
+
+
 def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = None, *,
            name: str | None = None, log_every: int | None = None, total_steps: int | None = None) -> Report:
     """Replay a trace through a Monitor and report what it finds.
@@ -549,22 +622,10 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     n = table.num_rows
     steps = table.column("step").to_numpy() if n else np.zeros(0, np.int64)
-    logged = np.unique(_measured(table, "loss")[0]) if n else steps
-    gap = max(1, int(np.median(np.diff(logged)))) if len(logged) > 2 else 1
+    gap = logging_interval(table)
     if monitor is None:
-        # a log written every `every` steps: the rules' spans cover the same steps in fewer values
-        every = gap if log_every is None else log_every
-        span = int(steps[-1] - steps[0]) + every if n and every > 1 else n
-        planned = total_steps if total_steps is not None else _planned_steps(table)
-        monitor = Monitor(total_steps=planned or span or None, log_every=every)
-        if log_every is not None and log_every != gap:
-            notes.append(f"replayed with Monitor(log_every={log_every}) as asked; the median gap between the "
-                         f"trace's losses is {gap} steps")
-        elif every > 1:
-            notes.append(f"one loss every {gap} steps (median): replayed with Monitor(log_every={gap}), so the "
-                         "rules' windows cover the steps they cover at one value a step, down to the fewest "
-                         "values each rule needs; a spike shorter than a logging interval is averaged away "
-                         "where the logger writes window means")
+        monitor, plan_notes = default_monitor(table, log_every=log_every, total_steps=total_steps)
+        notes.extend(plan_notes)
     elif gap > 1 and getattr(monitor, "log_every", 1) != gap:
         notes.append(f"one loss every {gap} steps (median), replayed through a Monitor with "
                      f"log_every={getattr(monitor, 'log_every', 1)}: the rules' windows count values, so they "
@@ -947,6 +1008,7 @@ def summary_table(reports: Sequence[Report]) -> Table:
         failure kind with the step it began and the step it was noticed, and the first fix.
     """
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=f"{len(reports)} run(s) replayed", show_lines=False)
     t.add_column("run", overflow="fold")
@@ -956,9 +1018,11 @@ def summary_table(reports: Sequence[Report]) -> Table:
     t.add_column("failures (began -> noticed)", overflow="fold")
     t.add_column("first fix", overflow="fold")
     for r in reports:
-        style = _VERDICT_STYLE[r.verdict]
+        # names, messages and fixes are data, not markup: a cell reading "exp[lr].arrow" or "[fc1]"
+        # is Text, shown as it is
+        verdict = Text(r.verdict, style=_VERDICT_STYLE[r.verdict])
         if r.error is not None:
-            t.add_row(r.name, f"[{style}]{r.verdict}[/]", "-", "-", r.error, "-")
+            t.add_row(Text(r.name), verdict, "-", "-", Text(r.error), "-")
             continue
         fails = r.failures()
         what = "\n".join(
@@ -967,8 +1031,8 @@ def summary_table(reports: Sequence[Report]) -> Table:
         if r.notes:
             what += "\n" + "\n".join(f"({n})" for n in r.notes)
         stop = " STOP" if r.should_stop else ""
-        t.add_row(r.name, f"[{style}]{r.verdict}[/]", r.final_status + stop, f"{r.steps:,}", what,
-                  fails[0][1][0].fix if fails else "-")
+        t.add_row(Text(r.name), verdict, r.final_status + stop, f"{r.steps:,}", Text(what),
+                  Text(fails[0][1][0].fix) if fails else "-")
     return t
 
 
