@@ -978,17 +978,10 @@ class TorchWatcher:
         return events
 
     def _check_step(self, step: Any) -> int:
-        """``step`` as an ``int``: a whole number (``TypeError`` otherwise, as the Monitor says) not
+        """``step`` as an ``int``: a whole number (``TypeError`` otherwise, the Monitor's own check) not
         below the previous update's (``ValueError``), refused before anything is measured or held.
         """
-        if type(step) is int:
-            s = step
-        elif isinstance(step, (int, np.integer)) and not isinstance(step, (bool, np.bool_)):
-            s = int(step)
-        elif isinstance(step, (float, np.floating)) and math.isfinite(step) and float(step).is_integer():
-            s = int(step)
-        else:
-            raise TypeError(f"step must be an integer, got {type(step).__name__} {step!r}")
+        s = ts.to_step(step)
         if s < self._step - 1:
             raise ValueError(f"step must not decrease: got {s} after {self._step - 1}")
         return s

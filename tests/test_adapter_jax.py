@@ -72,6 +72,19 @@ def _tx(lr_step: int | None = None, clip: float | None = None) -> Any:
     return monitored(optax.chain(optax.clip_by_global_norm(clip), inner) if clip else inner)
 
 
+def _jitted_step(tx: Any) -> Any:
+    """One jitted training step through ``tx`` (a ``monitored`` transform): new params and state, and the
+    step's measurements with its loss."""
+
+    @jax.jit
+    def step(params: Any, opt: Any, x: Any, y: Any) -> Any:
+        loss, g = jax.value_and_grad(_loss)(params, x, y)
+        u, opt = tx.update(g, opt, params)
+        return optax.apply_updates(params, u), opt, {**measurements(opt), "loss": loss}
+
+    return step
+
+
 def train(n: int = 300, lr_step: int | None = None, bad_step: int | None = None, clip: float | None = None) -> list[ts.Event]:
     """Python loop, jitted step, one device_get per step, Monitor.update on the host."""
     params = MODEL.init(jax.random.PRNGKey(0), X[:1])
@@ -79,11 +92,7 @@ def train(n: int = 300, lr_step: int | None = None, bad_step: int | None = None,
     opt = tx.init(params)
     names = leaf_names(params)
 
-    @jax.jit
-    def step(params: Any, opt: Any, x: Any, y: Any) -> Any:
-        loss, g = jax.value_and_grad(_loss)(params, x, y)
-        u, opt = tx.update(g, opt, params)
-        return optax.apply_updates(params, u), opt, {**measurements(opt), "loss": loss}
+    step = _jitted_step(tx)
 
     mon = ts.Monitor(total_steps=n)
     xb, yb = _batches(n, bad_step=bad_step)
@@ -239,11 +248,7 @@ def _frozen_run(n: int, freeze_at: int, scan: bool) -> tuple[list[ts.Event], lis
          "frozen": optax.adam(optax.piecewise_constant_schedule(1e-3, {freeze_at: 0.0}))}, labels))
     names = leaf_names(params)
 
-    @jax.jit
-    def step(params: Any, opt: Any, x: Any, y: Any) -> Any:
-        loss, g = jax.value_and_grad(_loss)(params, x, y)
-        u, opt = tx.update(g, opt, params)
-        return optax.apply_updates(params, u), opt, {**measurements(opt), "loss": loss}
+    step = _jitted_step(tx)
 
     opt = tx.init(params)
     xb, yb = _batches(n)
@@ -281,11 +286,7 @@ def test_multisteps_micro_steps_feed_no_per_layer_update_ratios() -> None:
     tx = monitored(optax.MultiSteps(optax.adam(1e-3), every_k_schedule=4))
     names = leaf_names(params)
 
-    @jax.jit
-    def step(params: Any, opt: Any, x: Any, y: Any) -> Any:
-        loss, g = jax.value_and_grad(_loss)(params, x, y)
-        u, opt = tx.update(g, opt, params)
-        return optax.apply_updates(params, u), opt, {**measurements(opt), "loss": loss}
+    step = _jitted_step(tx)
 
     opt = tx.init(params)
     n = 300

@@ -17,7 +17,7 @@ from ._events import (  # noqa: E402
 from ._layers import LayerValues  # noqa: E402
 from ._monitor import STATUSES, Monitor, scan  # noqa: E402
 from ._recorder import Recorder  # noqa: E402
-from ._validate import check_range  # noqa: E402
+from ._validate import check_range, to_step  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .detectors import (  # noqa: E402
     AbruptPlateau,
@@ -94,6 +94,7 @@ __all__ = [
     "SIGNALS",
     "check_kinds",
     "check_range",
+    "to_step",
     "default_suite",
     "interval_settings",
     "make_event",

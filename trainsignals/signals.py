@@ -197,9 +197,8 @@ def layers(name: str, value: Any, known: tuple[str, ...] | None = None) -> Layer
         vec = _vector(name, value)
         keys = known if known is not None and len(known) == len(vec) else positional_names(len(vec))
         lv = LayerValues(keys, vec)
-    order = layer_order(name, keys, known)
-    if order is not None:
-        lv = LayerValues(known, lv.array[order])  # type: ignore[arg-type]
+    if keys is not known and known is not None and keys != known:  # the per-step path: the same layers, most steps
+        lv = LayerValues(known, lv.array[layer_order(name, keys, known)])
     if SIGNALS[name].nonneg and lv.low() < 0:  # the smallest value, computed once per value
         raise ValueError(f"{name} must be >= 0")
     return lv
@@ -305,10 +304,9 @@ def activations(value: Any, known: tuple[str, ...] | None = None) -> LayerStats:
             for r, key in enumerate(ACT_STATS):
                 if key in stats and stats[key] is not None:
                     mat[r, j] = _fraction(f"activations[{names[j]!r}][{key!r}]", stats[key])
-    order = layer_order("activations", names, known)
-    if order is not None:
-        mat = (sample.matrix if sample is not None else mat)[:, order]
-        return LayerStats(known, mat)  # type: ignore[arg-type]
+    if names is not known and known is not None and names != known:
+        mat = (sample.matrix if sample is not None else mat)[:, layer_order("activations", names, known)]
+        return LayerStats(known, mat)
     return sample if sample is not None else value if type(value) is LayerStats else LayerStats(names, mat)
 
 

@@ -238,9 +238,8 @@ def run_playground(lr: float | None = None, steps: int = 10, do_sweep: bool = Fa
         The exit status, 0.
 
     Raises:
-        UsageError: ``lr`` given with ``do_sweep`` (a sweep runs its own rates), unless it is
-            :data:`DEFAULT_LR` (what a parser without :func:`add_playground_arguments` passes
-            when ``--lr`` was not given).
+        UsageError: ``lr`` given with ``do_sweep`` (a sweep runs its own rates; the command's
+            parser refuses the pair first).
     """
     from rich.markup import escape
     from rich.table import Table
@@ -248,7 +247,7 @@ def run_playground(lr: float | None = None, steps: int = 10, do_sweep: bool = Fa
 
     from trainsignals.io._console import make_console
 
-    if do_sweep and lr is not None and lr != DEFAULT_LR:
+    if do_sweep and lr is not None:
         raise UsageError(f"--lr {lr:g} with --sweep: a sweep runs its own rates (0.01 to 2.43); give one or the other")
     console = make_console()
     if do_sweep:
