@@ -415,12 +415,15 @@ class Monitor:
         its events (``nonfinite``, ``divergence``, ``grad_explosion`` -> diverging;
         ``silent_collapse`` -> collapsed; ``oscillation`` -> oscillating; ``stall`` -> stalled)
         and left once :attr:`recovery_steps` (``recovery``, at least 8 logged values)
-        steps pass without another event of its kinds — except after a non-finite value,
-        which keeps the run diverging until finite values return. The worst live state wins.
+        steps pass without another event of its kinds — except that a diverging run stays
+        diverging after a non-finite value until finite values return, and while its loss has not
+        come back to within 10 % of its level before the divergence (the policy's divergence hold,
+        :mod:`trainsignals.policy`). The worst live state wins.
         """
         best, rank = "healthy", 0
         for state, last in self._last_state_step.items():
-            live = self._step - last < self.recovery_steps or (state == "diverging" and self._nonfinite_open)
+            live = self._step - last < self.recovery_steps or (
+                state == "diverging" and (self._nonfinite_open or self.policy.holding))
             if live and RANK[state] > rank:
                 best, rank = state, RANK[state]
         if rank == 0 and not warmed_up(self._n_loss, self._first_loss, self._step, self.warmup):

@@ -29,8 +29,16 @@ rule and the policy is the same for every rule that reports a kind:
    before the step in question (or none in the last ``GUARD_MEMORY`` losses) the guard does not
    apply.
 
-Per step the policy folds the loss into its EWMA (a log and two multiplications); the rest runs
-only when a detector raised an event.
+4. **The divergence hold.** A run that diverged is not healthy again while its loss stays up: each
+   kept event that puts the run in the ``diverging`` state (:func:`trainsignals.status.state_of`)
+   opens a hold at the loss's EWMA level before its ``onset_step`` (the guard's level, from the
+   same memory), and the hold ends at the first loss of a later step whose level is back within
+   :data:`RECOVERED` of it. While a hold is open (:attr:`EventPolicy.holding`) the Monitor's
+   status stays ``diverging`` past its ``recovery`` steps; :func:`hold_sweep` is the same rule
+   over a stretch of losses, for the batch path and the report's status timeline.
+
+Per step the policy folds the loss into its EWMA (a log and two multiplications) and, while a hold
+is open, compares the level with it; the rest runs only when a detector raised an event.
 """
 
 from __future__ import annotations
@@ -50,8 +58,9 @@ from .detectors._ewma_jump import ALPHA, HOLD
 from .detectors._interval import MIN_HOLD, MIN_VALUES
 from .detectors._ops import column_log, ewma, first_unusable, shared_ewma
 from .detectors._ops import log as _log
+from .status import state_of
 
-__all__ = ["EventPolicy"]
+__all__ = ["EventPolicy", "GUARD_MEMORY", "NO_HOLD", "RECOVERED", "hold_sweep", "loss_levels"]
 
 #: how many of the latest losses the guard of a critical event takes the median of: the second half of the
 #: level-shift rule's 10-value watch (the values its verdict rests on)
@@ -65,8 +74,79 @@ ESCALATE_WINDOW = 200
 #: steps within which another rule's report of a lasting failure is the same incident: the cooldown the
 #: former multi-rule detectors (SlopeDivergence, TrainValGap) shared between their rules
 INCIDENT_WINDOW = 100
+#: a loss level at most this far (in log space) above its level before a divergence's onset has come back:
+#: 10 %, a round figure for "back where it was". It sets how long the status holds ``diverging``; no event
+#: depends on it
+RECOVERED = math.log(1.1)
 _RANK = {"info": 0, "warning": 1, "critical": 2}
 _B = 1.0 - ALPHA
+
+#: a hold: (the lowest threshold of the holds opened at steps before ``step``, the lowest of those opened
+#: at ``step``, ``step``); ``None`` for a threshold with no hold. A loss at ``step`` itself came before
+#: that step's events, so it can end only the first
+Hold = tuple[float | None, float | None, int]
+NO_HOLD: Hold = (None, None, -1)
+_NO_STEPS = np.zeros(0, dtype=np.int64)
+_NO_LEVELS = np.zeros(0)
+
+
+def _lowest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def hold_sweep(hold: Hold, marks: Sequence[tuple[int, float]], loss_steps: np.ndarray,
+               levels: np.ndarray) -> tuple[Hold, list[tuple[int, bool]]]:
+    """The divergence hold (rule 4 of this module) over a stretch: ``marks`` are the ``(step, threshold)``
+    of the holds its events open, in step order, ``loss_steps`` and ``levels`` the steps and EWMA levels
+    of its usable losses. Returns the hold after the stretch and where it opened or closed:
+    ``[(step, open), ...]``.
+
+    >>> hold_sweep(NO_HOLD, [(10, 0.5)], np.array([9, 10, 11, 12]), np.array([0.4, 2.0, 1.0, 0.5]))
+    ((None, None, -1), [(10, True), (12, False)])
+    """
+    old, cur, at = hold
+    changes: list[tuple[int, bool]] = []
+    pos = 0
+    for t, thr in [*marks, (None, None)]:
+        stop = len(loss_steps) if t is None else int(np.searchsorted(loss_steps, t, side="left"))
+        if stop > pos and (old is not None or cur is not None):
+            seg, lev = loss_steps[pos:stop], levels[pos:stop]
+            same = int(np.searchsorted(seg, at, side="right"))  # losses of the hold's own step: they came first
+            if old is not None and same:
+                hit = np.flatnonzero(lev[:same] <= old)
+                if len(hit):
+                    old = None
+                    if cur is None:
+                        changes.append((int(seg[hit[0]]), False))
+            if same < len(seg):
+                old, cur = _lowest(old, cur), None
+                if old is not None:
+                    hit = np.flatnonzero(lev[same:] <= old)
+                    if len(hit):
+                        old = None
+                        changes.append((int(seg[same + hit[0]]), False))
+        pos = max(pos, stop)
+        if t is None:
+            break
+        was = old is not None or cur is not None
+        if t > at:
+            old, cur, at = _lowest(old, cur), thr, t
+        else:
+            cur = _lowest(cur, thr)
+        if not was:
+            changes.append((t, True))
+    return (NO_HOLD if old is None and cur is None else (old, cur, at)), changes
+
+
+def loss_levels(log_loss: np.ndarray, start: float | None = None) -> np.ndarray:
+    """The loss's EWMA level after each of ``log_loss`` (the logs of usable losses), from the level
+    ``start`` (``None``: the first log is the first level), as :meth:`EventPolicy.apply` folds them.
+    """
+    if not len(log_loss):
+        return np.zeros(0)
+    if start is None:
+        return np.concatenate((log_loss[:1], ewma(log_loss[1:], ALPHA, _B, float(log_loss[0]))))
+    return ewma(log_loss, ALPHA, _B, start)
 
 
 class EventPolicy:
@@ -157,28 +237,38 @@ class EventPolicy:
         self._alarms: dict[str, list[list[Any]]] = {}  # "kind/signal" -> [[step, loss level or None], ...]
         self._kept: dict[str, list[Any]] = {}  # "kind/signal" -> [step, detector, severity rank] of the last kept event
         self._hist: deque[tuple[int, float, float]] = deque(maxlen=GUARD_MEMORY)  # (step, log loss, level after)
+        self._hold: Hold = NO_HOLD  # the divergence hold (rule 4)
+
+    @property
+    def holding(self) -> bool:
+        """Whether a divergence hold is open: the loss has not come back since a ``diverging`` event."""
+        return self._hold[0] is not None or self._hold[1] is not None
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state."""
         return {"alarms": {k: [list(a) for a in v] for k, v in self._alarms.items()},
                 "kept": {k: list(v) for k, v in self._kept.items()},
-                "hist": [list(h) for h in self._hist]}
+                "hist": [list(h) for h in self._hist], "hold": list(self._hold)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s snapshot.
 
         Raises:
-            ValueError: the keys differ (named).
+            ValueError: the keys differ (named). A snapshot from before the divergence hold (no
+                ``hold``) is taken with no hold open.
         """
-        want = {"alarms", "kept", "hist"}
-        if not isinstance(state, dict) or set(state) != want:
+        want = {"alarms", "kept", "hist", "hold"}
+        if not isinstance(state, dict) or set(state) | {"hold"} != want:
             got = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"policy state keys differ: expected {sorted(want)}, got {got}")
+        o, c, a = state.get("hold", NO_HOLD)
+        hold: Hold = NO_HOLD if o is None and c is None else (
+            None if o is None else float(o), None if c is None else float(c), int(a))
         alarms = {str(k): [[int(a[0]), None if a[1] is None else float(a[1])] for a in v]
                   for k, v in state["alarms"].items()}
         kept = {str(k): [int(v[0]), str(v[1]), int(v[2])] for k, v in state["kept"].items()}
         hist = deque(((int(s), float(g), float(m)) for s, g, m in state["hist"]), maxlen=GUARD_MEMORY)
-        self._alarms, self._kept, self._hist = alarms, kept, hist  # all parsed: a refused snapshot changes nothing
+        self._alarms, self._kept, self._hist, self._hold = alarms, kept, hist, hold  # all parsed: a refused one changes nothing
 
     # -- the streaming path: one step ------------------------------------------------------
     def apply(self, events: list[Event], step: int, loss: float = math.nan,
@@ -186,49 +276,76 @@ class EventPolicy:
         """Fold this step's ``loss`` in (``log_loss``: its log, when already taken), then pass this
         step's detector events through the policy.
         """
-        if loss > 0.0 and loss - loss == 0.0 and self.guard_kinds:
+        if loss > 0.0 and loss - loss == 0.0:
             gl = _log(loss) if log_loss is None else log_loss
             h = self._hist
-            h.append((step, gl, ALPHA * gl + _B * h[-1][2] if h else gl))
+            lv = ALPHA * gl + _B * h[-1][2] if h else gl
+            h.append((step, gl, lv))
+            if self._hold is not NO_HOLD:
+                self._hold_loss(step, lv)
         if not events:
             return events
-        return self._judge(events, np.array(self._hist, dtype=np.float64).reshape(-1, 3))
+        out, marks = self._judge(events, np.array(self._hist, dtype=np.float64).reshape(-1, 3))
+        for t, thr in marks:
+            self._hold = hold_sweep(self._hold, [(t, thr)], _NO_STEPS, _NO_LEVELS)[0]
+        return out
+
+    def _hold_loss(self, step: int, level: float) -> None:
+        """One loss of ``step`` at ``level`` against the open hold (rule 4; :func:`hold_sweep`'s scalar twin)."""
+        old, cur, at = self._hold
+        if step > at and cur is not None:
+            old, cur = _lowest(old, cur), None
+        if old is not None and level <= old:
+            old = None
+        self._hold = NO_HOLD if old is None and cur is None else (old, cur, at)
 
     # -- the batch path --------------------------------------------------------------------
     def apply_scan(self, events: list[Event], loss_steps: np.ndarray, loss: np.ndarray) -> list[Event]:
         """The batch twin of :meth:`apply`: events sorted by step, and every loss of the scan with its step."""
         old = np.array(self._hist, dtype=np.float64).reshape(-1, 3)
         st = gl = lev = np.zeros(0)
-        if self.guard_kinds and len(loss):
+        if len(loss):
             whole = first_unusable(loss, 0, len(loss), positive=True) == len(loss)
             with np.errstate(divide="ignore", invalid="ignore"):
                 ok = (loss > 0.0) & np.isfinite(loss)
                 gl = column_log(loss, 0, len(loss)) if whole else np.log(loss[ok])
             st = loss_steps[ok].astype(np.float64)
             if len(gl):
-                m0, at = (float(old[-1, 2]), 0) if len(old) else (float(gl[0]), 1)  # else the first loss is the level
+                m0 = float(old[-1, 2]) if len(old) else None
                 # a whole loss column: the level is the average the detectors of the scan may have run already
-                lev = shared_ewma(loss, at, "log", gl[at:], ALPHA, 1.0 - ALPHA, m0) if whole else \
-                    ewma(gl[at:], ALPHA, 1.0 - ALPHA, m0)
-                if at:
-                    lev = np.concatenate((gl[:1], lev))
+                if not whole:
+                    lev = loss_levels(gl, m0)
+                elif m0 is not None:
+                    lev = shared_ewma(loss, 0, "log", gl, ALPHA, _B, m0)
+                else:  # the first loss is the level
+                    lev = np.concatenate((gl[:1], shared_ewma(loss, 1, "log", gl[1:], ALPHA, _B, float(gl[0]))))
         out = events
+        marks: list[tuple[int, float]] = []
         if events:
             new = np.column_stack((st, gl, lev))
-            out = self._judge(events, np.concatenate((old, new)) if len(new) else old)
+            out, marks = self._judge(events, np.concatenate((old, new)) if len(new) else old)
+        if marks or self._hold is not NO_HOLD:
+            self._hold = hold_sweep(self._hold, marks, st.astype(np.int64), lev)[0]
         tail = slice(max(0, len(gl) - GUARD_MEMORY), len(gl))
         self._hist.extend(zip(st[tail].astype(np.int64).tolist(), gl[tail].tolist(), lev[tail].tolist()))
         return out
 
     # -- the rules -------------------------------------------------------------------------
-    def _judge(self, events: list[Event], hist: np.ndarray) -> list[Event]:
-        """``hist``: rows (step, log loss, level after), every loss up to the events' steps."""
-        out = []
+    def _judge(self, events: list[Event], hist: np.ndarray) -> tuple[list[Event], list[tuple[int, float]]]:
+        """``hist``: rows (step, log loss, level after), every loss up to the events' steps. Returns the
+        kept events and the holds the ``diverging`` ones open: ``(step, threshold)`` (rule 4).
+        """
+        out, marks = [], []
         for ev in events:
             got = self._one(ev, ev.kind.value, hist)
             if got is not None:
                 out.append(got)
-        return out
+                if state_of(got) == "diverging":
+                    end = int(np.searchsorted(hist[:, 0], got.step, side="right"))
+                    ref = self._level_before(got.onset_step, hist, max(0, end - GUARD_MEMORY), end)
+                    if ref is not None:
+                        marks.append((got.step, ref + RECOVERED))
+        return out, marks
 
     @staticmethod
     def _level_before(step: int, hist: np.ndarray, lo: int, end: int) -> float | None:

@@ -10,6 +10,8 @@ Example:
     >>> ev = make_event(Kind.GRAD_EXPLOSION, "warning", 10, 5, "demo", "grad_norm", 50.0, 10.0, "jump")
     >>> state_of(ev), state_of(make_event(Kind.STALL, "warning", 10, 5, "demo", "loss", 0.0, 0.0, "flat"))
     (None, 'stalled')
+    >>> state_of(make_event(Kind.LOSS_SPIKE, "critical", 10, 10, "demo", "loss", 50.0, 6.0, "third spike"))
+    'diverging'
 """
 
 from __future__ import annotations
@@ -38,16 +40,24 @@ STATE_OF: dict[Kind, str] = {kind: info.status for kind, info in KINDS.items() i
 RANK: dict[str, int] = {"diverging": 4, "collapsed": 3, "oscillating": 2, "stalled": 1}
 
 
+#: the kinds that put a run in ``diverging`` only when critical
+_WHEN_CRITICAL = frozenset({Kind.GRAD_EXPLOSION, Kind.LOSS_SPIKE})
+
+
 def state_of(event: Event) -> str | None:
     """The failed state ``event`` puts the run in, or ``None``.
 
     ``info`` events never change the status; a gradient explosion does only when critical (a
-    grad-norm jump while the loss falls stays a warning and is not a run being lost).
+    grad-norm jump while the loss falls stays a warning and is not a run being lost). A loss spike,
+    which is no failed state on its own, puts the run in ``diverging`` when critical: the policy
+    makes the third spike within its window critical, since frequent spikes precede divergence,
+    and a critical event advises a stop (:attr:`trainsignals.Monitor.should_stop`), which a
+    ``healthy`` status would contradict.
     """
     if event.severity == "info":
         return None
-    if event.kind == Kind.GRAD_EXPLOSION and event.severity != "critical":
-        return None
+    if event.kind in _WHEN_CRITICAL:
+        return "diverging" if event.severity == "critical" else None
     return STATE_OF.get(event.kind)
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from trainsignals._events import Event, Kind
 from trainsignals._monitor import Monitor
 from trainsignals._validate import check_range
+from trainsignals.policy import GUARD_MEMORY, NO_HOLD, RECOVERED, hold_sweep, loss_levels
 from trainsignals.status import RANK, WARM_VALUES, state_of, warmed_up
 
 if TYPE_CHECKING:
@@ -86,7 +87,8 @@ def status_timeline(
     ``silent_collapse`` -> ``collapsed``; ``oscillation`` -> ``oscillating``; ``stall`` ->
     ``stalled``) and is live while fewer than
     ``recovery`` steps passed since its latest event; after a non-finite loss the run stays
-    ``diverging`` until a finite loss returns. The worst live state wins; with none live, the
+    ``diverging`` until a finite loss returns, and while the loss's level has not come back to
+    within 10 % of its level before the divergence (:mod:`trainsignals.policy`'s divergence hold). The worst live state wins; with none live, the
     run is ``warming_up`` until ``warmup`` finite loss values were seen, or 8 that span
     ``warmup`` steps (a log written every N steps), else ``healthy``.
 
@@ -98,8 +100,8 @@ def status_timeline(
 
     Without ``steps`` the status is read at those steps themselves, from the first event (or
     the first loss value). Without
-    ``loss`` the warm-up and the non-finite hold cannot be known: the run counts as warmed
-    up and a non-finite event follows the ``recovery`` rule like the others. (An empty loss
+    ``loss`` the warm-up and the holds cannot be known: the run counts as warmed up and a
+    non-finite or divergence event follows the ``recovery`` rule like the others. (An empty loss
     is known: a run without a loss stays ``warming_up``, as the Monitor says.)
 
     Args:
@@ -137,9 +139,14 @@ def status_timeline(
             raise ValueError(f"loss has {loss_vals.size} values for {loss_steps.size} steps")
         if np.any(loss_steps[1:] < loss_steps[:-1]):
             raise ValueError("loss steps must not decrease")
+    holds = None
+    if loss_steps is not None and loss_vals is not None and "diverging" in by_state:
+        holds = _holds(evs, loss_steps, loss_vals)
     # The status can change only at these steps: an event, a state's expiry (event + recovery),
-    # a change between finite and non-finite loss, the warm-up's last finite loss.
+    # a change between finite and non-finite loss, the warm-up's last finite loss, a divergence hold's end.
     crit = [np.asarray([e.step for e in evs], dtype=np.int64)]
+    if holds is not None:
+        crit.append(holds[0])
     crit += [a + recovery for a in by_state.values()]
     finite = None
     if loss_steps is not None and loss_vals is not None:
@@ -182,11 +189,32 @@ def status_timeline(
         live = entered & (pts - est[np.maximum(i, 0)] < recovery)
         if state == "diverging":
             live |= entered & nonfinite_open
+            if holds is not None and len(holds[0]):
+                h = np.searchsorted(holds[0], pts, side="right") - 1
+                live |= (h >= 0) & holds[1][np.maximum(h, 0)]
         rank = np.where(live, np.maximum(rank, RANK[state]), rank)
     codes = np.where((rank == 0) & ~warm, -1, rank)
     change = np.r_[True, codes[1:] != codes[:-1]]
     names = ("warming_up",) + _RANKED  # code -1 indexes the first name via +1
     return [(int(s), names[int(c) + 1]) for s, c in zip(pts[change], codes[change])]
+
+
+def _holds(evs: list[Event], loss_steps: np.ndarray, loss_vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the policy's divergence hold opens and closes over a whole run (:func:`trainsignals.policy.hold_sweep`):
+    the steps, and whether it is open after each.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = np.isfinite(loss_vals) & (loss_vals > 0.0)
+        us, lev = loss_steps[ok], loss_levels(np.log(loss_vals[ok]))
+    marks = []
+    for e in sorted((e for e in evs if state_of(e) == "diverging"), key=lambda e: e.step):
+        end = int(np.searchsorted(us, e.step, side="right"))
+        lo = max(0, end - GUARD_MEMORY)  # the losses the policy remembers at the event
+        i = lo + int(np.searchsorted(us[lo:end], e.onset_step, side="left"))
+        if i > lo:
+            marks.append((e.step, float(lev[i - 1]) + RECOVERED))
+    changes = hold_sweep(NO_HOLD, marks, us, lev)[1]
+    return (np.asarray([c[0] for c in changes], dtype=np.int64), np.asarray([c[1] for c in changes], dtype=bool))
 
 
 @dataclass
