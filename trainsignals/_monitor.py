@@ -188,7 +188,9 @@ class Monitor:
             (higher is better: accuracy, F1) or ``"min"`` (an error rate).
         max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
         recorder: receives every update and its events (e.g. a ``TraceWriter``); see
-            :class:`~trainsignals.Recorder`.
+            :class:`~trainsignals.Recorder`. A recorder with a ``plan`` method is told
+            ``total_steps`` and ``log_every`` here (a ``TraceWriter`` keeps them in the trace,
+            so that ``replay`` builds the same Monitor).
         policy: what happens to the detectors' events across rules: one jump seen by two rules
             is one event, frequent spikes escalate to critical, and a grad-norm jump while the
             loss has not risen stays a warning (see :class:`~trainsignals.EventPolicy`; when
@@ -265,6 +267,8 @@ class Monitor:
         if recorder is not None and not isinstance(recorder, Recorder):
             raise ValueError(f"recorder must have record() and record_batch() methods, got {recorder!r}")
         self.recorder = recorder
+        if recorder is not None and callable(plan := getattr(recorder, "plan", None)):
+            plan(total_steps=total_steps, log_every=log_every)  # e.g. TraceWriter: replay builds the same Monitor
         if policy is not None and not isinstance(policy, EventPolicy):
             raise ValueError(f"policy must be a trainsignals.EventPolicy, got {policy!r}")
         self.policy = policy if policy is not None else EventPolicy.for_interval(log_every)

@@ -518,6 +518,19 @@ def _planned_steps(table: pa.Table) -> int | None:
     return None
 
 
+def _recorded_plan(table: pa.Table) -> tuple[int | None, int] | None:
+    """``(total_steps, log_every)`` of the Monitor that recorded the trace (``TraceWriter.plan``), if valid."""
+    from trainsignals.io.traces import trace_metadata
+
+    plan = trace_metadata(table)["metadata"].get("monitor_plan")
+    if not isinstance(plan, dict):
+        return None
+    total, every = plan.get("total_steps"), plan.get("log_every")
+    if total is not None and not (type(total) is int and total >= 1) or not (type(every) is int and every >= 1):
+        return None
+    return total, every
+
+
 def _check_plan(log_every: int | None, total_steps: int | None) -> None:
     """``log_every`` and ``total_steps`` for the default Monitor: None, or an integer >= 1."""
     for pname, given in (("log_every", log_every), ("total_steps", total_steps)):
@@ -556,10 +569,13 @@ def default_monitor(table: pa.Table, *, log_every: int | None = None, total_step
                     complete: bool = True) -> tuple[Monitor, list[str]]:
     """The Monitor :func:`replay` runs over a trace when given none, and notes on how it was chosen.
 
-    ``Monitor(total_steps=T, log_every=N)``: N is ``log_every``, else
-    :func:`logging_interval`; T is ``total_steps``, else the trace metadata's ``total_steps``
-    (a number >= 1), else, for a ``complete`` trace, the steps it spans (its rows at one loss a
-    step), else None (a trace still being written: its length is not known yet).
+    ``Monitor(total_steps=T, log_every=N)``. A trace a Monitor recorded (``Monitor(recorder=TraceWriter(...))``)
+    holds that Monitor's plan (``metadata["monitor_plan"]``), which gives N and T unless
+    given: the replay's Monitor is the recording one, also for a run stopped early. Otherwise N
+    is ``log_every``, else :func:`logging_interval`; T is ``total_steps``, else the trace
+    metadata's ``total_steps`` (a number >= 1), else, for a ``complete`` trace, the steps it spans
+    (its rows at one loss a step), else None (a trace still being written: its length is not
+    known yet).
     ``trainsignals watch`` builds its Monitor here, from the first rows of a live trace
     (``complete=False``) or from the whole of one its writer already closed.
 
@@ -577,6 +593,12 @@ def default_monitor(table: pa.Table, *, log_every: int | None = None, total_step
         ValueError: ``log_every`` or ``total_steps`` is not an integer >= 1.
     """
     _check_plan(log_every, total_steps)
+    recorded = _recorded_plan(table)
+    if recorded is not None:
+        every = recorded[1] if log_every is None else log_every
+        asked = [] if every == recorded[1] else [
+            f"replayed with Monitor(log_every={every}) as asked; the run was recorded with log_every={recorded[1]}"]
+        return Monitor(total_steps=recorded[0] if total_steps is None else total_steps, log_every=every), asked
     n = table.num_rows
     steps = table.column("step").to_numpy() if n else np.zeros(0, np.int64)
     gap = logging_interval(table)
