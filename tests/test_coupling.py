@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import trainsignals as ts
 from trainsignals import Kind, Monitor
 from trainsignals.detectors import GradLossDecoupling, JointCollapse
 
@@ -144,3 +145,40 @@ def test_joint_collapse_asks_the_answers_when_the_run_measures_them(torch):
         else:
             assert [s for s in (e.step for e in JointCollapse().scan(loss=c.loss, grad_norm=c.grad_norm))
                     if s < c.onset_step]
+
+
+def least_squares(seed: int, lr: float, noise: float, n: int = 1000, batch: int | None = 32):
+    """A linear model fitted by gradient descent (the getting-started problem): its loss and
+    gradient fall geometrically from the first step, to the noise floor or to float zero."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(256, 8))
+    y = x @ rng.normal(size=8) + noise * rng.normal(size=256)
+    w, loss, grad = np.zeros(8), np.zeros(n), np.zeros(n)
+    for t in range(n):
+        rows = rng.integers(0, 256, batch) if batch else slice(None)
+        err = x[rows] @ w - y[rows]
+        g = x[rows].T @ err / len(err)
+        w -= lr * g
+        loss[t], grad[t] = err @ err / len(err), np.linalg.norm(g)
+    return loss, grad
+
+
+@pytest.mark.parametrize(("seed", "lr", "noise", "batch"), [(0, 0.1, 0.1, 32), (1, 0.1, 0.0, 32), (2, 0.06, 0.0, None),
+                                                             (3, 0.1, 0.0, None), (4, 0.05, 0.1, 16)])
+def test_a_convex_problem_converging_at_its_own_pace_is_no_collapse(seed, lr, noise, batch):
+    # a fall of orders of magnitude from the first step, at one pace: learning, not a change of pace
+    loss, grad = least_squares(seed, lr, noise, batch=batch)
+    assert loss[100] < 1e-2 * loss[0]  # it does fall fast: the span test alone would fire
+    assert collapses(loss, grad) == []
+    mon = Monitor(total_steps=len(loss))
+    for x, g in zip(loss, grad, strict=True):
+        mon.update(loss=float(x), grad_norm=float(g))
+    assert not [e for e in mon.events if e.detector == "JointCollapse"]
+
+
+def test_the_span_must_leave_room_for_the_pace_before_it():
+    with pytest.raises(ValueError, match="span"):
+        JointCollapse(lag=250, span=249)
+    assert JointCollapse(lag=250, span=248).span == 248
+    for every in (1, 10, 50, 500):  # a sparse log's short lag leaves a shorter pace: every default builds
+        assert ts.default_suite(log_every=every)["joint_collapse"].lag >= 8

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,6 +19,9 @@ from ._factors import times
 _SPAN_SHARE = (2, 5)
 #: the share before any was measured (the gate is open)
 _UNMEASURED = -1.0
+#: how many times faster per value the loss must fall over the span than before it: a change of pace, not a
+#: steady geometric fall (whose smoothed level, two memories in, falls at least half as fast as later)
+PACE_CHANGE = 2.0
 
 
 class JointCollapse(CouplingLevels):
@@ -30,8 +34,14 @@ class JointCollapse(CouplingLevels):
     the rule fires ``silent_collapse`` when over the last ``span`` values both levels fell at
     least ``orders`` decades, and the loss is ``orders`` decades below its level ``lag`` values
     earlier (or its first level) too, so a loss that comes back down after a blow-up does not
-    count. It needs only ``span`` values, so it also watches the first ``lag`` steps, where a
-    collapse to the majority class happens while the loss is still near chance.
+    count. "Too fast" is also against the run's own pace: the loss fell at least
+    :data:`PACE_CHANGE` times as fast per value over the span as over the (up to ``span``) values
+    before it, of which it needs ``2 / alpha`` (two memories of the levels), or as many as a short
+    ``lag`` leaves (a log written every N steps). A model that
+    converges at one pace from its first step (a least-squares or other convex problem, whose loss
+    and gradient fall geometrically) is learning; a collapse is a change of pace. The rule watches
+    the first ``lag`` steps too (from value ``span + 2 / alpha``), where a collapse to the
+    majority class happens while the loss is still near chance.
 
     When the run measures its answers (``pred_top_share``, optional: the share of the
     most-predicted class in a sampled batch), the claim is checked on them: the rule fires only
@@ -54,8 +64,8 @@ class JointCollapse(CouplingLevels):
 
     Args:
         lag: values of history held (the loss's reference level), >= 2.
-        span: the short span, in values, of the joint collapse, in [2, lag]; ``None``: two
-            fifths of ``lag``.
+        span: the short span, in values, of the joint collapse, in [2, lag - 2] (room for the pace
+            before it); ``None``: two fifths of ``lag``.
         alpha: weight of the smoothed levels, in (0, 1].
         orders: decades both must fall, > 0.
         cooldown: steps without events after an event, >= 0.
@@ -92,10 +102,12 @@ class JointCollapse(CouplingLevels):
                  cooldown: int = 0) -> None:
         check_range("lag", lag, 2, None, integer=True)
         if span is not None:
-            check_range("span", span, 2, lag, integer=True)
+            check_range("span", span, 2, lag - 2, integer=True)
         self.span = span
         num, den = _SPAN_SHARE
         self._setup(lag, alpha, orders, cooldown, max(2, num * lag // den) if span is None else span)
+        # values before the span that give the run's pace: two memories of the levels, or what a short lag leaves
+        self._pace = min(math.ceil(2.0 / alpha), lag - self._span)
 
     def _reset(self) -> None:
         super()._reset()
@@ -123,17 +135,25 @@ class JointCollapse(CouplingLevels):
     def _rule(self, step: int) -> Event | None:
         if self._share >= 0.0 and self._share < ONE_ANSWER:  # the answers measured, and spread
             return None
-        j = -self._span - 1
+        us, span = self._us, self._span
+        j = -span - 1
+        start = max(0, len(us) - 1 - 2 * span)
+        h = len(us) - 1 - span - start  # values before the span that give the pace
         ds = self._g - self._gs[j]
-        dus = self._u - self._us[j]
-        if ds <= -self._gap and dus <= -self._gap and self._u - self._us[0] <= -self._gap:
+        dus = self._u - us[j]
+        if (h >= self._pace and ds <= -self._gap and dus <= -self._gap and self._u - us[0] <= -self._gap
+                and (us[j] - us[start]) * PACE_CHANGE * span >= dus * h):
             return self._event(step, ds, dus)
         return None
 
     def _hits(self, uu: np.ndarray, gg: np.ndarray, uext: np.ndarray, gext: np.ndarray,
               first: np.ndarray, back: np.ndarray) -> np.ndarray:
-        gap = self._gap
-        return (gg - gext[back] <= -gap) & (uu - uext[back] <= -gap) & (uu - uext[first] <= -gap)
+        gap, span = self._gap, self._span
+        start = np.maximum(back - span, first)
+        h = back - start  # values before the span that give the pace (where the span is held: back > 0)
+        dus = uu - uext[back]
+        return ((gg - gext[back] <= -gap) & (dus <= -gap) & (uu - uext[first] <= -gap) & (h >= self._pace)
+                & ((uext[back] - uext[start]) * PACE_CHANGE * span >= dus * h))
 
     def _event(self, step: int, ds: float, dus: float) -> Event:
         self._fired(step)
