@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from trainsignals.cli.options import UsageError, nonnegative_int, positive_int, run_command
+from trainsignals.cli.options import check_out_folder, nonnegative_int, positive_int, run_command
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -30,9 +29,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _datasets(args: argparse.Namespace) -> int:
     argv = ["build", "--seed", str(args.seed)]
-    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise UsageError(f"--out {args.out} is a file; give the folder to write the suite into")
-    if args.out:
+    if args.out:  # refused now, not after the minutes a real suite trains for
+        check_out_folder(args.out)
         argv += ["--out", args.out]
     if getattr(args, "suite", "synthetic") == "real":
         from trainsignals.curves import real_runs

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["EXIT_BROKEN_PIPE", "USER_ERRORS", "UsageError", "error_message", "nonnegative_float",
-           "nonnegative_int", "positive_float", "positive_int", "run_command"]
+__all__ = ["EXIT_BROKEN_PIPE", "USER_ERRORS", "UsageError", "check_out_folder", "error_message",
+           "nonnegative_float", "nonnegative_int", "positive_float", "positive_int", "run_command"]
 
 
 class UsageError(ValueError):
@@ -92,6 +94,49 @@ def nonnegative_float(text: str) -> float:
         0.0
     """
     return _real(text, positive=False)
+
+
+def check_out_folder(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """Refuse, before any work, an output folder that cannot be written into or made.
+
+    The folder may be missing, and so may the folders above it (writing makes them, as
+    ``mkdir -p`` does); the nearest of them that exists must be a folder this process may create
+    files in, and a ``manifest.json`` already in the folder must be writable. A command that
+    works for minutes before it writes (``trainsignals datasets --suite real``) checks this first.
+
+    Args:
+        path: The folder the user gave.
+        flag: The option that named it, for the message.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        UsageError: ``path`` is a file, a folder above it is a file or a broken link, or the
+            nearest existing folder (``path`` itself, or the one its missing folders would be
+            made in) or its ``manifest.json`` is not writable.
+
+    Example:
+        >>> check_out_folder(".").is_dir()
+        True
+    """
+    folder = Path(path)
+    shown = os.fspath(path)
+    existing = folder
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "a file" if existing.exists() else "a broken link"
+        if existing == folder:
+            raise UsageError(f"{flag} {shown} is {what}; give the folder to write the suite into")
+        raise UsageError(f"{flag} {shown}: {existing} is {what}, so the folder cannot be made in it")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "into this folder" if existing == folder else f"into {existing}, where the folder would be made"
+        raise UsageError(f"{flag} {shown}: no permission to write {where}")
+    manifest = folder / "manifest.json"
+    if existing == folder and manifest.is_file() and not os.access(manifest, os.W_OK):
+        raise UsageError(f"{flag} {shown}: no permission to write {manifest}")
+    return folder
 
 
 def error_message(exc: Exception) -> str:

@@ -59,6 +59,7 @@ __all__ = [
     "SUITE_FOLDERS",
     "WITHHOLDABLE",
     "Curve",
+    "check_suite_folder",
     "default_directory",
     "generate",
     "load_suite",
@@ -1364,7 +1365,7 @@ def _plain_arrow_name(name: str) -> bool:
     return name.endswith(".arrow") and Path(name).name == name and name not in (".", "..")
 
 
-def _check_folder(directory: Path) -> set[str]:
+def check_suite_folder(directory: Path) -> set[str]:
     """Check that a suite may be written into ``directory``; the previous suite's files there.
 
     Raises:
@@ -1422,7 +1423,7 @@ def write_suite(curves: Sequence[Curve], directory: str | Path, *, seed: int | N
     for c in curves:
         _check_f32(c)
         by_kind.setdefault(c.kind, []).append(c)
-    previous = _check_folder(directory)
+    previous = check_suite_folder(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for name in sorted(previous):  # the previous suite's files, those of kinds this one lacks too
         (directory / name).unlink(missing_ok=True)
@@ -1702,7 +1703,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out if args.out is not None else default_directory()
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} is a file; give the folder to write the suite into")
-    _check_folder(out)  # before the suite is generated
+    check_suite_folder(out)  # before the suite is generated
     curves = standard_suite(args.seed)
     write_suite(curves, out, seed=args.seed)
     size = sum(p.stat().st_size for p in Path(out).iterdir() if p.is_file())

@@ -155,7 +155,8 @@ from typing import Any
 
 import numpy as np
 
-from trainsignals.curves import HEALTHY, Curve, families, write_suite
+from trainsignals.cli.options import check_out_folder, run_command
+from trainsignals.curves import HEALTHY, Curve, check_suite_folder, families, write_suite
 from trainsignals.curves.families import DEV_FAMILIES, HELDOUT_FAMILIES
 from trainsignals.curves.labels import (
     CheckResult,
@@ -1005,6 +1006,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.per_kind = _default_per_kind(args.heldout, args.dev)
     if args.healthy is None:
         args.healthy = _default_healthy(args.heldout, args.dev)
+    # an unusable folder is refused now, before the minutes of training, not when the suite is written
+    out = check_out_folder(args.out if args.out is not None else default_directory(args.heldout, dev=args.dev))
+    check_suite_folder(out)  # another tool's manifest.json or .arrow files of no suite there
     t0 = time.perf_counter()
 
     def progress(done: int, total: int, result: dict[str, Any]) -> None:
@@ -1014,14 +1018,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{done}/{total}] {e['config']['name']}: {verdict} as {label} ({e['seconds']} s) - "
               f"{e['check']['reason']}", flush=True)
 
-    manifest = build(args.out, args.seed, jobs=args.jobs, per_kind=args.per_kind, n_healthy=args.healthy,
+    manifest = build(out, args.seed, jobs=args.jobs, per_kind=args.per_kind, n_healthy=args.healthy,
                      progress=progress, heldout=args.heldout, dev=args.dev)
-    out = args.out if args.out is not None else default_directory(args.heldout, dev=args.dev)
     size = sum(p.stat().st_size for p in Path(out).iterdir() if p.is_file())
     print(f"wrote {len(manifest['curves'])} runs ({len(manifest['dropped'])} dropped) to {out} "
           f"({size / 1e6:.1f} MB) in {time.perf_counter() - t0:.0f} s")
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # an unusable --out: one ``error:`` line, status 2, as ``trainsignals datasets``
+    raise SystemExit(run_command("python -m trainsignals.curves.real_runs", lambda _args: main(), argparse.Namespace()))

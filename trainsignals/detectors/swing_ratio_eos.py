@@ -13,6 +13,7 @@ from .._events import Event, Kind, make_event
 from .._validate import check_range, check_signal
 from . import _swings as sw
 from ._base import Detector, Input, Knob
+from ._factors import times
 from ._ops import column_log, first_unusable, first_usable, log, quiet_after
 from ._swings import SPAN, swing
 
@@ -140,11 +141,11 @@ class SwingRatioEdgeOfStability(Detector):
         elif not left or n % sw.STRIDE:  # examined every STRIDE-th value while armed
             return None
         if (got := self._test(self._ys, self._gs)) is None or not self._rates.wider(
-                list(self._ys)[-self._w2:], n + 1 - SPAN * self.window, self.shift):
+                (ys := list(self._ys))[-self._w2:], n + 1 - SPAN * self.window, self.shift):
             return None
-        (rl, rg), w2, self._left = got, 3 * self.window // 2, 0
-        self._quiet_until = quiet_after(step, self.cooldown, self._ss[0])
-        msg = (f"{self.signal} swings {rl:.3g}x as wide ({self.signal} units) over the last {w2} values as over the "
+        (rl, rg), w2, self._left, self._quiet_until = got, self._w2, 0, quiet_after(step, self.cooldown, self._ss[0])
+        d = sum(s * (math.log(sw.scale(sw.residuals(v)[0])) + sw.median(v)) for s, v in ((1, ys[-w2:]), (-1, ys[:w2])))
+        msg = (f"{self.signal} swings {times(d)}x as wide ({self.signal} units) over the last {w2} values as over the "
                f"{w2} before the last {w2 + self.window}, with no net progress" + (f"; the grad norm moved {rg:.3g}x "
                "(its swing or its level)" if rg < math.inf else "") + ": step size at the edge of stability")
         return make_event(Kind.OSCILLATION, "warning", step, self._ss[0], type(self).__name__, self.signal, rl,
@@ -157,14 +158,13 @@ class SwingRatioEdgeOfStability(Detector):
                 j - i if rt.lprev else first_usable(arrays[2], i, j))):  # a rate known, or none given
             return 0
         y, g, w, r2 = column_log(arrays[0], i, i + lim), column_log(arrays[1], i, i + lim), self.window, self.shift_ratio
-        w2, span = 3 * w // 2, SPAN * w
         vl, bl, blp = sw.batch_swing(y, self._ml, self._vl, self._bl, self._n, self.warmup, (arrays[0], i))
         ai = np.flatnonzero((vl > r2 * blp) & (np.arange(self._n, self._n + lim) >= self.warmup))  # warm, swings
         if self._ng:
             vg, bg, bgp = sw.batch_swing(g, self._mg, self._vg, self._bg, self._ng, self.warmup, (arrays[1], i))
             ai = ai[(bgp[ai] <= 0.0) | (vg[ai] > r2 * bgp[ai])]  # and so does the grad norm
-        n0, watch = self._n, span - w2
-        until0, arms = n0 + self._left - 1, (n0 + ai).tolist()
+        n0, w2, span = self._n, self._w2, SPAN * w
+        watch, until0, arms = span - w2, n0 + self._left - 1, (n0 + ai).tolist()
         es = sw.watch_checks(n0, until0, arms, watch, n0 + lim - 1)
         k, off = lim, len(self._ys)
         if len(es):  # a looser vectorised twin of the test, then the scalar test on survivors

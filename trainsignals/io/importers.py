@@ -120,6 +120,7 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import functools
 import json
 import math
 import os
@@ -1116,27 +1117,144 @@ def _tensorboard_runs(root: Path, files: Sequence[Path]) -> list[Path]:
     return sorted(d for d in dirs if not any(o != d and o in d.parents and o in holders for o in dirs))
 
 
+#: CRC-32C (Castagnoli), reflected: the checksum of TFRecord framing
+_CRC32C_POLY = 0x82F63B78
+#: bytes of an event file read and checked at a time (a longer record is read whole)
+_CRC_BLOCK = 1 << 24
+
+
+@functools.lru_cache(maxsize=8)
+def _crc32c_tables(chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """CRC-32C's byte table, and four tables (by register byte) of the register's move over ``chunk`` zero
+    bytes (a linear map of the register: the XOR of its bytes' images).
+    """
+    t = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        t = np.where((t & 1).astype(bool), (t >> 1) ^ np.uint32(_CRC32C_POLY), t >> 1)
+    z = np.arange(256, dtype=np.uint32)[None, :] << (8 * np.arange(4, dtype=np.uint32))[:, None]
+    for _ in range(chunk):
+        z = t[z & 0xFF] ^ (z >> 8)
+    return t, z
+
+
+def _crc32c(buf: np.ndarray, start: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The CRC-32C of each ``buf[start[i]:start[i] + n[i]]`` (the ranges apart), all at once, in NumPy.
+
+    The initial register (all ones) is folded into each range's first 4 bytes (their complement:
+    the same CRC for a range of at least 4 bytes; shorter ones are done byte by byte). Each range
+    is split into chunks ending at its end (64 bytes, more from a range of 4 KiB on: about the
+    square root of the longest), the first one padded in front with zeros (which leave a zero
+    register as it is); the chunks' checksums from a zero register are computed byte by byte for
+    all chunks together, then chained range by range through the register's move over a chunk of
+    zeros. The loops run over the bytes of a chunk and over the chunks of the longest range.
+    """
+    chunk = 1 << max(6, (int(n.max(initial=0)).bit_length() + 1) // 2)
+    t, z = _crc32c_tables(chunk)
+    out = np.zeros(len(n), dtype=np.uint32)
+    for i in np.flatnonzero(n < 4).tolist():
+        c = 0xFFFFFFFF
+        for b in buf[start[i]:start[i] + n[i]].tolist():
+            c = int(t[(c ^ b) & 0xFF]) ^ (c >> 8)
+        out[i] = c ^ 0xFFFFFFFF
+    big = np.flatnonzero(n >= 4)
+    if not len(big):
+        return out
+    st, nb = start[big], n[big]
+    buf = buf.copy()
+    buf[(st[:, None] + np.arange(4)).reshape(-1)] ^= np.uint8(0xFF)
+    m = -(-nb // chunk)  # chunks per range
+    first = np.cumsum(m) - m  # each range's first chunk
+    rec = np.repeat(np.arange(len(nb)), m)
+    lo = (st + nb - m * chunk)[rec] + (np.arange(len(rec)) - first[rec]) * chunk  # chunk starts
+    pad = np.maximum(st[rec] - lo, 0)  # zeros in front of the chunk
+    by_pad = np.argsort(pad, kind="stable")  # the chunks with bytes at k: a prefix
+    lo_s, live = lo[by_pad], np.searchsorted(pad[by_pad], np.arange(chunk), side="right")
+    r = np.zeros(len(rec), dtype=np.uint32)
+    for k in range(int(pad.min()), chunk):
+        q = r[:live[k]]
+        r[:live[k]] = t[(q ^ buf[lo_s[:live[k]] + k]) & 0xFF] ^ (q >> 8)
+    r[by_pad] = r.copy()
+    order = np.argsort(-m, kind="stable")  # most chunks first: the ranges still chaining are a prefix
+    m_sorted, acc = m[order], np.zeros(len(nb), dtype=np.uint32)
+    first_s, chaining = first[order], np.searchsorted(-m_sorted, -np.arange(int(m_sorted[0])), side="left")
+    for j in range(int(m_sorted[0])):
+        a = acc[:chaining[j]]
+        acc[:chaining[j]] = (z[0][a & 0xFF] ^ z[1][(a >> 8) & 0xFF] ^ z[2][(a >> 16) & 0xFF] ^ z[3][a >> 24]
+                             ^ r[first_s[:chaining[j]] + j])
+    out[big[order]] = acc ^ np.uint32(0xFFFFFFFF)
+    return out
+
+
+def _masked(crc: np.ndarray) -> np.ndarray:
+    """TFRecord's masked checksums of CRC-32C values: rotated right by 15 bits, plus a constant (mod 2**32)."""
+    c = crc.astype(np.uint64)
+    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _first_bad_record(block: bytes, starts: list[int], lens: list[int]) -> tuple[int, str] | None:
+    """The first of the records at ``starts`` of ``block`` whose length or data fails its CRC check, and which."""
+    buf = np.frombuffer(block, dtype=np.uint8)
+    st, n = np.asarray(starts, dtype=np.int64), np.asarray(lens, dtype=np.int64)
+    crc = _masked(_crc32c(buf, np.concatenate((st, st + 12)), np.concatenate((np.full(len(st), 8), n))))
+    at = np.concatenate((st + 8, st + 12 + n))[:, None] + np.arange(4)
+    stored = buf[at].astype(np.uint64) @ (np.uint64(1) << np.arange(0, 32, 8, dtype=np.uint64))
+    bad_len, bad_data = (crc != stored).reshape(2, -1)
+    if not (bad_len.any() or bad_data.any()):
+        return None
+    i = int(np.argmax(bad_len | bad_data))
+    return i, "length" if bad_len[i] else "data"
+
+
+def _length_intact(head: bytes) -> bool:
+    """Whether a record's first 12 bytes (its data's length, the length's masked CRC-32C) agree."""
+    crc = _masked(_crc32c(np.frombuffer(head, dtype=np.uint8), np.zeros(1, dtype=np.int64), np.full(1, 8)))
+    return int(crc[0]) == int.from_bytes(head[8:12], "little")
+
+
+def _damage_note(i: int, at: int, size: int, part: str) -> str:
+    """What :func:`_event_file_damage` says of record ``i`` (0-based) at byte ``at``, damaged in its ``part``."""
+    return (f"record {i + 1:,} at byte {at:,} of {size:,} is damaged (its {part} fails its CRC check, after {i:,} "
+            "good record(s)); the reader stops there, and the values it and the rest of the file held are missing")
+
+
 def _event_file_damage(f: Path) -> str | None:
-    """Why an event file's records do not end where the file does (a file cut short while the
-    writer ran or while it was copied, or broken record framing), or None. Reads the record
-    lengths only: the reader stops silently at the first incomplete or unreadable record.
+    """Why an event file's records do not all read, or None: a file cut short (while the writer
+    ran or while it was copied), or a record damaged in place. TensorBoard's reader stops
+    silently at the first record that is incomplete or fails a CRC check, and what follows is
+    lost. A record is its data's length (8 bytes), the length's masked CRC-32C (4), the data and
+    the data's masked CRC-32C (4); both checksums are verified, in NumPy (:func:`_crc32c`).
     """
     import struct
 
+    length_at = struct.Struct("<Q").unpack_from
+    off = records = 0
     try:
         size = f.stat().st_size
         with f.open("rb") as fh:
-            off = records = 0
             while off < size:
-                head = fh.read(12)
-                if len(head) < 12:
-                    break
-                (length,) = struct.unpack("<Q", head[:8])
-                end = off + 12 + length + 4
-                if end > size:
-                    break
-                fh.seek(end)
-                off, records = end, records + 1
+                fh.seek(off)
+                block = fh.read(_CRC_BLOCK)
+                starts: list[int] = []
+                lens: list[int] = []
+                pos = 0
+                while pos + 12 <= len(block) and pos + 16 + (n := length_at(block, pos)[0]) <= len(block):
+                    starts.append(pos)
+                    lens.append(n)
+                    pos += 16 + n
+                if not starts:  # the next record is longer than a block, cut short, or its length is damaged
+                    if len(block) < 12:
+                        break  # cut short in its head
+                    n = length_at(block, 0)[0]
+                    if not _length_intact(block[:12]):
+                        return _damage_note(records, off, size, "length")
+                    block += fh.read(max(0, 16 + n - len(block)))
+                    if len(block) < 16 + n:
+                        break  # cut short
+                    starts, lens, pos = [0], [n], 16 + n
+                bad = _first_bad_record(block, starts, lens)
+                if bad is not None:
+                    return _damage_note(records + bad[0], off + starts[bad[0]], size, bad[1])
+                records, off = records + len(starts), off + pos
     except OSError as exc:
         return f"cannot be read to its end ({exc})"
     if off == size:
@@ -1161,8 +1279,9 @@ def import_tensorboard(path_or_dir: str | os.PathLike[str],
     ``val``, ``eval``, ``test`` and any folder below one that holds event files itself
     (``SummaryWriter.add_scalars``). A tag logged twice at a step keeps the last value (files
     read in name order, i.e. creation time). An event file whose records stop before its end
-    (cut short while written or copied, or damaged) is read up to the damage, with a note
-    (``metadata["damaged_files"]``) and a :class:`LogDamagedWarning`.
+    (cut short while written or copied) or with a record damaged in place (its length or its
+    data fails its CRC-32C check: TensorBoard's reader stops there) is read up to the damage,
+    with a note (``metadata["damaged_files"]``) and a :class:`LogDamagedWarning`.
 
     ======================= ======================================================================
     signal                  tags tried (first present wins, case-insensitive)
