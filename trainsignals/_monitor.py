@@ -188,9 +188,9 @@ class Monitor:
             (higher is better: accuracy, F1) or ``"min"`` (an error rate).
         max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
         recorder: receives every update and its events (e.g. a ``TraceWriter``); see
-            :class:`~trainsignals.Recorder`. A recorder with a ``plan`` method is told
-            ``total_steps`` and ``log_every`` here (a ``TraceWriter`` keeps them in the trace,
-            so that ``replay`` builds the same Monitor).
+            :class:`~trainsignals.Recorder`. A recorder with a ``plan`` method is given this
+            Monitor's settings here, as JSON (a ``TraceWriter`` keeps them in the trace, so that
+            ``replay`` builds the same Monitor).
         policy: what happens to the detectors' events across rules: one jump seen by two rules
             is one event, frequent spikes escalate to critical, and a grad-norm jump while the
             loss has not risen stays a warning (see :class:`~trainsignals.EventPolicy`; when
@@ -267,12 +267,11 @@ class Monitor:
         if recorder is not None and not isinstance(recorder, Recorder):
             raise ValueError(f"recorder must have record() and record_batch() methods, got {recorder!r}")
         self.recorder = recorder
-        if recorder is not None and callable(plan := getattr(recorder, "plan", None)):
-            plan(total_steps=total_steps, log_every=log_every)  # e.g. TraceWriter: replay builds the same Monitor
         if policy is not None and not isinstance(policy, EventPolicy):
             raise ValueError(f"policy must be a trainsignals.EventPolicy, got {policy!r}")
         self.policy = policy if policy is not None else EventPolicy.for_interval(log_every)
         self.settings = copy.deepcopy(settings)
+        custom_suite = suite is not None
         if suite is None:
             try:
                 suite = default_suite(total_steps, min_patience=min_patience, val_metric_mode=val_metric_mode,
@@ -308,6 +307,8 @@ class Monitor:
         self._rates = {k: r for k, r in rates if keys.count(k) == 1 and r != (None, None)}
         self._stop_kinds = frozenset(stop_on) if stop_on is not None else frozenset(kinds)
         self._reset()
+        if recorder is not None and callable(plan := getattr(recorder, "plan", None)):
+            plan(self._replay_plan(custom_suite=custom_suite, policy=policy))  # e.g. TraceWriter: for replay
 
     def _plan_for(self, bits: int) -> tuple[tuple[str, ...], Any]:
         """The given signals and the calls for one combination of them (cached: runs feed few).
@@ -337,6 +338,17 @@ class Monitor:
             calls.append((feed, idx, lidx))
         self._plans[bits] = (given, _runner(calls, g + 3, logged))
         return self._plans[bits]
+
+    def _replay_plan(self, *, custom_suite: bool, policy: EventPolicy | None) -> dict[str, Any]:
+        """What a replay needs to build this Monitor again: its constructor's arguments (a recorder with a
+        ``plan`` method gets them; see :class:`~trainsignals.Recorder`). A suite of one's own is only named
+        (``"suite": "custom"``): its detectors cannot be rebuilt from a trace.
+        """
+        return {"total_steps": self.total_steps, "log_every": self.log_every, "val_metric_mode": self.val_metric_mode,
+                "warmup": self.warmup, "recovery": self.recovery, "min_patience": self.min_patience,
+                "max_events": self.max_events, "stop_on": None if self.stop_on is None else list(self.stop_on),
+                "settings": copy.deepcopy(self.settings), "suite": "custom" if custom_suite else "default",
+                "policy": None if policy is None else policy.config()}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -541,7 +553,7 @@ class Monitor:
         else:
             lv = ll = _NAN
         row += (_NAN, None, ll)  # what an absent optional input is, then the loss's log
-        out = self.policy.apply(run(row, s), s, lv, ll)  # only the detectors this step's signals reach
+        out = self.policy.apply(run(row, s), s, lv, ll, events or ())  # only the detectors this step's signals reach
         if have >= _VECTOR_BITS:  # the caller's LayerValues keep no more than their vectors once the step is judged
             for v in (layer_grad_norms, layer_update_ratios):
                 if type(v) is LayerValues:
@@ -587,6 +599,7 @@ class Monitor:
         val_metric: Any = None,
         pred_top_share: Any = None,
         pred_spread: Any = None,
+        events: Sequence[Event] | None = None,
     ) -> list[Event]:
         """Batch path: whole arrays in, exactly the events of feeding :meth:`update` step by step.
 
@@ -600,9 +613,19 @@ class Monitor:
         with ``step`` directly
         (a ``{name: array}`` mapping or a 2-D array). Accepts lists, NumPy arrays, pandas or
         polars columns and pyarrow arrays. ``val_metric`` is a ``(steps, values)`` pair like
-        ``val_loss``; ``pred_top_share`` and ``pred_spread`` are aligned (with gaps) or pairs. Returns the new
-        events; the Monitor's state advances as if every step had been fed.
+        ``val_loss``; ``pred_top_share`` and ``pred_spread`` are aligned (with gaps) or pairs.
+        ``events`` are findings made outside the Monitor during these steps, each at its own
+        ``step`` (as :meth:`update`'s ``events``, which a trace records: replaying one gives them
+        back), recorded after the detectors' events of their step. Returns the new events; the
+        Monitor's state advances as if every step had been fed.
+
+        Raises:
+            TypeError: a signal of the wrong type, or ``events`` holding something other than
+                :class:`Event` (named).
+            ValueError: misaligned or decreasing steps, impossible values (named), or a given
+                event whose step lies outside the scanned steps.
         """
+        given_events = _given_events(events) if events is not None else []
         given = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "update_ratio": update_ratio, "val_loss": val_loss,
                  "layer_grad_norms": layer_grad_norms, "layer_update_ratios": layer_update_ratios,
                  "activations": activations, "val_metric": val_metric, "pred_top_share": pred_top_share,
@@ -630,6 +653,13 @@ class Monitor:
         for st in every:  # steps made here count up by construction
             if len(st) and (st[0] < self._step or not ((st is steps and step is None) or nondecreasing(st))):
                 raise ValueError("step must not decrease")
+        if given_events:
+            last_step = max([int(st.max()) for st in every if len(st)], default=self._step)
+            outside = [e.step for e in given_events if not self._step <= e.step <= last_step]
+            if outside:
+                raise ValueError(f"events: steps {outside[:5]} lie outside the scanned steps "
+                                 f"{max(self._step, 0)}..{last_step}")
+            given_events.sort(key=lambda e: e.step)
         if n > SCAN_CHUNK and all(c.steps is None and c.values.ndim == 1 for c in cols.values()):
             # a long run of dense scalar signals, checked whole above: scanned a chunk at a time
             # (the same events as one scan, as any chunking gives; the working memory stays bounded)
@@ -638,7 +668,10 @@ class Monitor:
                 part = {name: c.values[lo:lo + SCAN_CHUNK] if c.mask is None else
                         np.ma.masked_array(c.values[lo:lo + SCAN_CHUNK], mask=~c.mask[lo:lo + SCAN_CHUNK])
                         for name, c in cols.items()}
-                out += self.scan(step=steps[lo:lo + SCAN_CHUNK], **part)
+                top = int(steps[min(lo + SCAN_CHUNK, n) - 1])
+                found = [e for e in given_events if e.step <= top]
+                given_events = given_events[len(found):]
+                out += self.scan(step=steps[lo:lo + SCAN_CHUNK], events=found or None, **part)
             return out
         for c in cols.values():
             if c.names is not None:
@@ -665,7 +698,10 @@ class Monitor:
                 ls, lv = (steps if lc.steps is None else lc.steps), lc.values
             else:
                 ls, lv = steps[lc.mask], lc.values[lc.mask]
-            out = self.policy.apply_scan(out, ls, lv)
+            out = self.policy.apply_scan(out, ls, lv, given_events)
+        if given_events:  # after the detectors' events of their step, as update records them
+            out = [ev for _, _, ev in sorted([(e.step, 0, e) for e in out] + [(e.step, 1, e) for e in given_events],
+                                             key=lambda t: t[:2])]
         # bookkeeping identical to the streaming path
         last = [self._step] + [int(st.max()) for st in every if len(st)]
         if lc is not None:

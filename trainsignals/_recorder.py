@@ -21,9 +21,11 @@ class Recorder(Protocol):
     ratios, both also get a ``layer_update_ratios`` keyword, in the same forms as
     ``layer_grad_norms``, if their signature takes it (or ``**kwargs``): a recorder written
     without it keeps working, and does not see them. A recorder may also have a method
-    ``plan(*, total_steps, log_every)`` (not part of the protocol's check): the Monitor calls it once,
-    when it is built, with its own settings (:meth:`trainsignals.io.traces.TraceWriter.plan` keeps
-    them in the trace for ``replay``).
+    ``plan(settings)`` (not part of the protocol's check): the Monitor calls it once, when it is
+    built, with its own settings as a dict (``total_steps``, ``log_every``,
+    ``val_metric_mode``, ``warmup``, ``recovery``, ``min_patience``, ``max_events``, ``stop_on``,
+    the detector ``settings``, ``suite``: ``"default"`` or ``"custom"``, ``policy``);
+    :meth:`trainsignals.io.traces.TraceWriter.plan` keeps them in the trace for ``replay``.
     """
 
     def record(

@@ -30,7 +30,8 @@ rule and the policy is the same for every rule that reports a kind:
    apply.
 
 4. **The divergence hold.** A run that diverged is not healthy again while its loss stays up: each
-   kept event that puts the run in the ``diverging`` state (:func:`trainsignals.status.state_of`)
+   kept event (or finding given to the Monitor) that puts the run in the ``diverging`` state
+   (:func:`trainsignals.status.state_of`)
    opens a hold at the loss's EWMA level before its ``onset_step`` (the guard's level, from the
    same memory), and the hold ends at the first loss of a later step whose level is back within
    :data:`RECOVERED` of it. While a hold is open (:attr:`EventPolicy.holding`) the Monitor's
@@ -272,9 +273,10 @@ class EventPolicy:
 
     # -- the streaming path: one step ------------------------------------------------------
     def apply(self, events: list[Event], step: int, loss: float = math.nan,
-              log_loss: float | None = None) -> list[Event]:
+              log_loss: float | None = None, given: Sequence[Event] = ()) -> list[Event]:
         """Fold this step's ``loss`` in (``log_loss``: its log, when already taken), then pass this
-        step's detector events through the policy.
+        step's detector events through the policy. ``given`` are findings made outside the Monitor at
+        this step (``Monitor.update(events=...)``): not judged, but a ``diverging`` one opens a hold too.
         """
         if loss > 0.0 and loss - loss == 0.0:
             gl = _log(loss) if log_loss is None else log_loss
@@ -283,10 +285,11 @@ class EventPolicy:
             h.append((step, gl, lv))
             if self._hold is not NO_HOLD:
                 self._hold_loss(step, lv)
-        if not events:
+        if not events and not given:
             return events
-        out, marks = self._judge(events, np.array(self._hist, dtype=np.float64).reshape(-1, 3))
-        for t, thr in marks:
+        hist = np.array(self._hist, dtype=np.float64).reshape(-1, 3)
+        out, marks = self._judge(events, hist) if events else (events, [])
+        for t, thr in marks + self._marks(given, hist):
             self._hold = hold_sweep(self._hold, [(t, thr)], _NO_STEPS, _NO_LEVELS)[0]
         return out
 
@@ -300,8 +303,11 @@ class EventPolicy:
         self._hold = NO_HOLD if old is None and cur is None else (old, cur, at)
 
     # -- the batch path --------------------------------------------------------------------
-    def apply_scan(self, events: list[Event], loss_steps: np.ndarray, loss: np.ndarray) -> list[Event]:
-        """The batch twin of :meth:`apply`: events sorted by step, and every loss of the scan with its step."""
+    def apply_scan(self, events: list[Event], loss_steps: np.ndarray, loss: np.ndarray,
+                   given: Sequence[Event] = ()) -> list[Event]:
+        """The batch twin of :meth:`apply`: events sorted by step, every loss of the scan with its step,
+        and the findings ``given`` during the scan, sorted by step.
+        """
         old = np.array(self._hist, dtype=np.float64).reshape(-1, 3)
         st = gl = lev = np.zeros(0)
         if len(loss):
@@ -321,9 +327,13 @@ class EventPolicy:
                     lev = np.concatenate((gl[:1], shared_ewma(loss, 1, "log", gl[1:], ALPHA, _B, float(gl[0]))))
         out = events
         marks: list[tuple[int, float]] = []
-        if events:
+        if events or given:
             new = np.column_stack((st, gl, lev))
-            out, marks = self._judge(events, np.concatenate((old, new)) if len(new) else old)
+            hist = np.concatenate((old, new)) if len(new) else old
+            if events:
+                out, marks = self._judge(events, hist)
+            if given:
+                marks = sorted(marks + self._marks(given, hist), key=lambda m: m[0])
         if marks or self._hold is not NO_HOLD:
             self._hold = hold_sweep(self._hold, marks, st.astype(np.int64), lev)[0]
         tail = slice(max(0, len(gl) - GUARD_MEMORY), len(gl))
@@ -335,17 +345,25 @@ class EventPolicy:
         """``hist``: rows (step, log loss, level after), every loss up to the events' steps. Returns the
         kept events and the holds the ``diverging`` ones open: ``(step, threshold)`` (rule 4).
         """
-        out, marks = [], []
+        out = []
         for ev in events:
             got = self._one(ev, ev.kind.value, hist)
             if got is not None:
                 out.append(got)
-                if state_of(got) == "diverging":
-                    end = int(np.searchsorted(hist[:, 0], got.step, side="right"))
-                    ref = self._level_before(got.onset_step, hist, max(0, end - GUARD_MEMORY), end)
-                    if ref is not None:
-                        marks.append((got.step, ref + RECOVERED))
-        return out, marks
+        return out, self._marks(out, hist)
+
+    def _marks(self, events: Sequence[Event], hist: np.ndarray) -> list[tuple[int, float]]:
+        """The holds the ``diverging`` ones of ``events`` open: ``(step, threshold)`` (rule 4), from the
+        loss's level before each one's onset among the losses remembered at its step.
+        """
+        marks = []
+        for ev in events:
+            if state_of(ev) == "diverging":
+                end = int(np.searchsorted(hist[:, 0], ev.step, side="right"))
+                ref = self._level_before(ev.onset_step, hist, max(0, end - GUARD_MEMORY), end)
+                if ref is not None:
+                    marks.append((ev.step, ref + RECOVERED))
+        return marks
 
     @staticmethod
     def _level_before(step: int, hist: np.ndarray, lo: int, end: int) -> float | None:

@@ -34,7 +34,8 @@ import numpy as np
 from trainsignals._events import Event, Kind
 from trainsignals._monitor import Monitor
 from trainsignals._validate import check_range
-from trainsignals.policy import GUARD_MEMORY, NO_HOLD, RECOVERED, hold_sweep, loss_levels
+from trainsignals.detectors import Detector
+from trainsignals.policy import GUARD_MEMORY, NO_HOLD, RECOVERED, EventPolicy, hold_sweep, loss_levels
 from trainsignals.status import RANK, WARM_VALUES, state_of, warmed_up
 
 if TYPE_CHECKING:
@@ -518,17 +519,44 @@ def _planned_steps(table: pa.Table) -> int | None:
     return None
 
 
-def _recorded_plan(table: pa.Table) -> tuple[int | None, int] | None:
-    """``(total_steps, log_every)`` of the Monitor that recorded the trace (``TraceWriter.plan``), if valid."""
+#: the Monitor arguments a recorded plan may give back (the rest of it says what could not be kept)
+_PLAN_ARGS = ("total_steps", "log_every", "val_metric_mode", "warmup", "recovery", "min_patience", "max_events",
+              "stop_on")
+
+
+def _recorded_plan(table: pa.Table) -> dict[str, Any] | None:
+    """The settings of the Monitor that recorded the trace (``TraceWriter.plan``), or None."""
     from trainsignals.io.traces import trace_metadata
 
     plan = trace_metadata(table)["metadata"].get("monitor_plan")
-    if not isinstance(plan, dict):
-        return None
-    total, every = plan.get("total_steps"), plan.get("log_every")
-    if total is not None and not (type(total) is int and total >= 1) or not (type(every) is int and every >= 1):
-        return None
-    return total, every
+    return plan if isinstance(plan, dict) else None
+
+
+def _plan_monitor(plan: dict[str, Any], log_every: int | None, total_steps: int | None) -> tuple[Monitor, list[str]]:
+    """The Monitor a recorded plan describes (``log_every`` and ``total_steps`` given win), and notes.
+
+    Raises:
+        TypeError, ValueError: the plan does not build a Monitor (a damaged or foreign ``monitor_plan``).
+    """
+    kw = {k: plan[k] for k in _PLAN_ARGS if k in plan}
+    if not isinstance(kw.get("log_every"), int):
+        raise ValueError(f"log_every {kw.get('log_every')!r}")
+    if kw.get("stop_on") is not None:
+        kw["stop_on"] = tuple(kw["stop_on"])
+    settings = plan.get("settings") or {}
+    policy = plan.get("policy")
+    notes: list[str] = []
+    if log_every is not None and log_every != kw["log_every"]:
+        notes.append(f"replayed with Monitor(log_every={log_every}) as asked; the run was recorded with "
+                     f"log_every={kw['log_every']}")
+        kw["log_every"] = log_every
+    if total_steps is not None:
+        kw["total_steps"] = total_steps
+    if plan.get("suite") == "custom":
+        notes.append("the run was recorded by a Monitor with a suite of its own; replayed with the default suite "
+                     "(pass your Monitor to replay it with yours)")
+    mon = Monitor(**kw, **settings, policy=None if policy is None else EventPolicy(**policy))
+    return mon, notes
 
 
 def _check_plan(log_every: int | None, total_steps: int | None) -> None:
@@ -570,8 +598,11 @@ def default_monitor(table: pa.Table, *, log_every: int | None = None, total_step
     """The Monitor :func:`replay` runs over a trace when given none, and notes on how it was chosen.
 
     ``Monitor(total_steps=T, log_every=N)``. A trace a Monitor recorded (``Monitor(recorder=TraceWriter(...))``)
-    holds that Monitor's plan (``metadata["monitor_plan"]``), which gives N and T unless
-    given: the replay's Monitor is the recording one, also for a run stopped early. Otherwise N
+    holds that Monitor's settings (``metadata["monitor_plan"]``: ``total_steps``, ``log_every``,
+    ``val_metric_mode``, ``warmup``, ``recovery``, ``min_patience``, ``max_events``, ``stop_on``,
+    the detector settings and the event policy), and the replay's Monitor is built from them, N
+    and T unless given: the recording Monitor, also for a run stopped early (a suite of one's
+    own cannot be rebuilt: the notes say so). Otherwise N
     is ``log_every``, else :func:`logging_interval`; T is ``total_steps``, else the trace
     metadata's ``total_steps`` (a number >= 1), else, for a ``complete`` trace, the steps it spans
     (its rows at one loss a step), else None (a trace still being written: its length is not
@@ -594,11 +625,12 @@ def default_monitor(table: pa.Table, *, log_every: int | None = None, total_step
     """
     _check_plan(log_every, total_steps)
     recorded = _recorded_plan(table)
+    plan_note = []
     if recorded is not None:
-        every = recorded[1] if log_every is None else log_every
-        asked = [] if every == recorded[1] else [
-            f"replayed with Monitor(log_every={every}) as asked; the run was recorded with log_every={recorded[1]}"]
-        return Monitor(total_steps=recorded[0] if total_steps is None else total_steps, log_every=every), asked
+        try:
+            return _plan_monitor(recorded, log_every, total_steps)
+        except (TypeError, ValueError) as exc:  # a plan that builds no Monitor: replayed as a trace without one
+            plan_note = [f"the trace's monitor_plan was not used ({exc})"]
     n = table.num_rows
     steps = table.column("step").to_numpy() if n else np.zeros(0, np.int64)
     gap = logging_interval(table)
@@ -615,7 +647,7 @@ def default_monitor(table: pa.Table, *, log_every: int | None = None, total_step
                      "rules' windows cover the steps they cover at one value a step, down to the fewest "
                      "values each rule needs; a spike shorter than a logging interval is averaged away "
                      "where the logger writes window means")
-    return Monitor(total_steps=planned or span or None, log_every=every), notes
+    return Monitor(total_steps=planned or span or None, log_every=every), plan_note + notes
 
 
 def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = None, *,
@@ -623,7 +655,12 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
     """Replay a trace through a Monitor and report what it finds.
 
     Runs ``monitor.scan(**trace_signals(table))``: the vectorised batch path, which gives
-    exactly the events of feeding the trace row by row to :meth:`Monitor.update`.
+    exactly the events of feeding the trace row by row to :meth:`Monitor.update`. The events the
+    trace holds from no detector class (findings an adapter gave its Monitor, ``update(events=...)``:
+    a skipped non-finite step, a frozen layer, a rollback) are given back to the scan at their steps
+    (``scan(events=...)``), so they count in the status and ``should_stop`` as they did live; the
+    events of every detector class this process knows (the package's, one's own) come only from
+    ``monitor``'s suite.
 
     Args:
         source: A trace file (read with :func:`trainsignals.io.traces.read_trace`) or a
@@ -652,7 +689,13 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
     """
     import pyarrow as pa
 
-    from trainsignals.io.traces import TraceDamagedWarning, read_trace, trace_metadata, trace_signals
+    from trainsignals.io.traces import (
+        TraceDamagedWarning,
+        read_trace,
+        trace_events,
+        trace_metadata,
+        trace_signals,
+    )
 
     if monitor is not None and (log_every is not None or total_steps is not None):
         raise ValueError(f"{'log_every' if log_every is not None else 'total_steps'} is for the default Monitor; "
@@ -685,7 +728,9 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
         others = ", ".join(k for k in signals if k != "step") or "none"
         notes.append("no training loss in the trace: the rules that read the loss do not judge, and the status "
                      f"stays warming_up outside a failure; the other signals ({others}) are checked")
-    events: list[Event] = monitor.scan(**signals) if n else []
+    # the findings the run gave its Monitor (an adapter's own checks), back at their steps: not a detector's events
+    given = [e for e in trace_events(table) if e.detector not in _rule_names(monitor)] if n else []
+    events: list[Event] = monitor.scan(**signals, events=given or None) if n else []
     timeline = status_timeline(events, steps, _measured(table, "loss"), warmup=monitor.warmup,
                                recovery=monitor.recovery_steps) if n else []
     return Report(
@@ -701,6 +746,18 @@ def replay(source: str | os.PathLike[str] | pa.Table, monitor: Monitor | None = 
         notes=notes,
         table=table,
     )
+
+
+def _rule_names(monitor: Monitor) -> set[str]:
+    """The names of every detector class this process knows (the package's, the user's) and of ``monitor``'s."""
+    names = {type(d).__name__ for d in monitor.detectors.values()}
+    todo: list[type[Detector]] = [Detector]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__name__ not in names:
+                names.add(sub.__name__)
+                todo.append(sub)
+    return names
 
 
 def expand_traces(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:

@@ -706,11 +706,12 @@ class TraceWriter:
         self._closed = False
         _OPEN_WRITERS.add(self)
 
-    def plan(self, *, total_steps: int | None, log_every: int) -> None:
-        """Note the plan of the Monitor that records here (``Monitor(recorder=w)`` calls it) in the
+    def plan(self, settings: Mapping[str, Any]) -> None:
+        """Note the settings of the Monitor that records here (``Monitor(recorder=w)`` calls it) in the
         trace's metadata as ``monitor_plan``, so that :func:`~trainsignals.io.report.replay` builds
         the same Monitor (the run's stall patience comes from ``total_steps``, the rules' spans from
-        ``log_every``) even when the run stopped early or logged its loss at other steps.
+        ``log_every``, the validation metric's direction from ``val_metric_mode``, ...) even when
+        the run stopped early or logged its loss at other steps.
 
         A writer that already put its first rows on disk cannot change its metadata: it warns and
         records no plan (build the Monitor before writing, or replay with ``total_steps=``).
@@ -719,10 +720,10 @@ class TraceWriter:
             return
         if self._schema_on_disk:
             warnings.warn(f"{self.path}: rows were written before the Monitor was attached, so its plan "
-                          f"(total_steps={total_steps}, log_every={log_every}) is not in the trace; replay it with "
-                          "these settings", stacklevel=3)
+                          f"(total_steps={settings.get('total_steps')}, log_every={settings.get('log_every')}, ...) "
+                          "is not in the trace; replay it with a Monitor built as the live one", stacklevel=3)
             return
-        self.metadata["monitor_plan"] = {"total_steps": total_steps, "log_every": log_every}
+        self.metadata["monitor_plan"] = json.loads(_metadata_json(settings))
 
     # -- state -------------------------------------------------------------------------
     def _clear(self) -> None:
