@@ -1,6 +1,6 @@
 """The Monitor's event policy: what happens to detectors' events across rules (documented once).
 
-Three cross-cutting behaviours sit here, not in the detectors, so each detector implements one
+Four cross-cutting behaviours sit here, not in the detectors, so each detector implements one
 rule and the policy is the same for every rule that reports a kind:
 
 1. **Merge.** Two rules may see one failure (the peak-ratio rule at a spike and the z-score rule
@@ -151,7 +151,7 @@ def loss_levels(log_loss: np.ndarray, start: float | None = None) -> np.ndarray:
 
 
 class EventPolicy:
-    """Merge, escalation and the loss guard of the Monitor's events (see the module docstring).
+    """Merge, escalation, the loss guard and the divergence hold of the Monitor's events (see the module docstring).
 
     Args:
         escalate_after: events of a ``(kind, signal)`` within ``escalate_window`` steps that make
