@@ -189,7 +189,7 @@ class Monitor:
         max_events: events kept in memory (the latest); :attr:`n_events` counts them all.
         recorder: receives every update and its events (e.g. a ``TraceWriter``); see
             :class:`~trainsignals.Recorder`. A recorder with a ``plan`` method is given this
-            Monitor's settings here, as JSON (a ``TraceWriter`` keeps them in the trace, so that
+            Monitor's settings here, as a dict (a ``TraceWriter`` keeps them in the trace, so that
             ``replay`` builds the same Monitor).
         policy: what happens to the detectors' events across rules: one jump seen by two rules
             is one event, frequent spikes escalate to critical, and a grad-norm jump while the

@@ -61,7 +61,7 @@ from .detectors._ops import column_log, ewma, first_unusable, shared_ewma
 from .detectors._ops import log as _log
 from .status import state_of
 
-__all__ = ["EventPolicy", "GUARD_MEMORY", "NO_HOLD", "RECOVERED", "hold_sweep", "loss_levels"]
+__all__ = ["EventPolicy", "GUARD_MEMORY", "NO_HOLD", "RECOVERED", "hold_marks", "hold_sweep", "loss_levels"]
 
 #: how many of the latest losses the guard of a critical event takes the median of: the second half of the
 #: level-shift rule's 10-value watch (the values its verdict rests on)
@@ -137,6 +137,22 @@ def hold_sweep(hold: Hold, marks: Sequence[tuple[int, float]], loss_steps: np.nd
         if not was:
             changes.append((t, True))
     return (NO_HOLD if old is None and cur is None else (old, cur, at)), changes
+
+
+def hold_marks(events: Sequence[Event], steps: np.ndarray, levels: np.ndarray) -> list[tuple[int, float]]:
+    """The holds the ``diverging`` ones of ``events`` (in step order) open: ``(step, threshold)`` (rule 4),
+    the threshold :data:`RECOVERED` above the loss's level before each one's onset, among the last
+    ``GUARD_MEMORY`` usable losses up to its step (``steps``, ``levels``: those losses, in order).
+    """
+    marks = []
+    for ev in events:
+        if state_of(ev) == "diverging":
+            end = int(np.searchsorted(steps, ev.step, side="right"))
+            lo = max(0, end - GUARD_MEMORY)
+            i = lo + int(np.searchsorted(steps[lo:end], ev.onset_step, side="left"))
+            if i > lo:
+                marks.append((ev.step, float(levels[i - 1]) + RECOVERED))
+    return marks
 
 
 def loss_levels(log_loss: np.ndarray, start: float | None = None) -> np.ndarray:
@@ -352,18 +368,9 @@ class EventPolicy:
                 out.append(got)
         return out, self._marks(out, hist)
 
-    def _marks(self, events: Sequence[Event], hist: np.ndarray) -> list[tuple[int, float]]:
-        """The holds the ``diverging`` ones of ``events`` open: ``(step, threshold)`` (rule 4), from the
-        loss's level before each one's onset among the losses remembered at its step.
-        """
-        marks = []
-        for ev in events:
-            if state_of(ev) == "diverging":
-                end = int(np.searchsorted(hist[:, 0], ev.step, side="right"))
-                ref = self._level_before(ev.onset_step, hist, max(0, end - GUARD_MEMORY), end)
-                if ref is not None:
-                    marks.append((ev.step, ref + RECOVERED))
-        return marks
+    @staticmethod
+    def _marks(events: Sequence[Event], hist: np.ndarray) -> list[tuple[int, float]]:
+        return hold_marks(events, hist[:, 0], hist[:, 2])
 
     @staticmethod
     def _level_before(step: int, hist: np.ndarray, lo: int, end: int) -> float | None:

@@ -35,7 +35,7 @@ from trainsignals._events import Event, Kind
 from trainsignals._monitor import Monitor
 from trainsignals._validate import check_range
 from trainsignals.detectors import Detector
-from trainsignals.policy import GUARD_MEMORY, NO_HOLD, RECOVERED, EventPolicy, hold_sweep, loss_levels
+from trainsignals.policy import NO_HOLD, EventPolicy, hold_marks, hold_sweep, loss_levels
 from trainsignals.status import RANK, WARM_VALUES, state_of, warmed_up
 
 if TYPE_CHECKING:
@@ -207,13 +207,7 @@ def _holds(evs: list[Event], loss_steps: np.ndarray, loss_vals: np.ndarray) -> t
     with np.errstate(divide="ignore", invalid="ignore"):
         ok = np.isfinite(loss_vals) & (loss_vals > 0.0)
         us, lev = loss_steps[ok], loss_levels(np.log(loss_vals[ok]))
-    marks = []
-    for e in sorted((e for e in evs if state_of(e) == "diverging"), key=lambda e: e.step):
-        end = int(np.searchsorted(us, e.step, side="right"))
-        lo = max(0, end - GUARD_MEMORY)  # the losses the policy remembers at the event
-        i = lo + int(np.searchsorted(us[lo:end], e.onset_step, side="left"))
-        if i > lo:
-            marks.append((e.step, float(lev[i - 1]) + RECOVERED))
+    marks = hold_marks(sorted(evs, key=lambda e: e.step), us, lev)
     changes = hold_sweep(NO_HOLD, marks, us, lev)[1]
     return (np.asarray([c[0] for c in changes], dtype=np.int64), np.asarray([c[1] for c in changes], dtype=bool))
 
